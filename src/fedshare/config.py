@@ -1,0 +1,87 @@
+"""Typed run settings, shared by the Hydra command line and `fedshare.simulate`.
+
+The dataclasses double as Hydra structured-config schemas, so a wrong key or type in an
+override is rejected before anything runs.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ClientsConfig:
+    """How many clients there are and which of them take part in a round."""
+
+    num: int | None = 10
+    """Number of clients; ignored when `samples_per_client` is set."""
+    samples_per_client: int | None = None
+    """FLea's |D_k|: the client count becomes len(train set) // samples_per_client."""
+    fraction: float = 1.0
+    """Fraction of clients sampled per round (floor, at least 1)."""
+    per_round: int | None = None
+    """Absolute number sampled per round; overrides `fraction`."""
+    availability: Any = 1.0
+    """Probability a sampled client succeeds: a scalar, or one value per client group."""
+    availability_period: int = 1
+    """Hold each availability draw for this many rounds (ReBaFL's straggling periods)."""
+
+
+@dataclass
+class TrainConfig:
+    """Local training: epochs, batches, optimizer and per-round learning-rate schedule."""
+
+    local_epochs: int = 1
+    batch_size: int = 32
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    lr_schedule: str = "constant"
+    """constant | exp (lr·decay^r) | step (lr·decay^(r // step)) | linear (lr·(1 − decay·r))."""
+    lr_decay: float = 1.0
+    lr_step: int = 1
+    lr_floor: float = 0.0
+    """The schedule never goes below this learning rate."""
+    augment: bool = True
+    """Apply the dataset's batch augmentation (crop/flip) during local training."""
+
+
+@dataclass
+class EvalConfig:
+    every: int = 1
+    """Evaluate the global model every `every` rounds, and always at the last round."""
+    batch_size: int = 1024
+    per_class: bool = False
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 0
+    """Save a checkpoint every `every` rounds (0 = never)."""
+
+
+@dataclass
+class SimulationConfig:
+    """Everything the engine needs besides the strategy, the data and the model."""
+
+    rounds: int = 10
+    seed: int = 0
+    device: str = "auto"
+    progress: bool = True
+    clients: ClientsConfig = field(default_factory=ClientsConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+
+@dataclass
+class RunConfig(SimulationConfig):
+    """The Hydra schema of one command-line run: simulation settings plus the four choices."""
+
+    strategy: Any = None
+    data: Any = None
+    partition: Any = None
+    model: Any = None
+    run_dir: str | None = None
+    resume: bool = False

@@ -1,0 +1,180 @@
+"""Dataset loaders: each returns a `Dataset` of tensors, registered by name (`data=<name>`)."""
+
+import gzip
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedshare.data.dataset import Augmentation, Dataset
+from fedshare.data.sources import download_root, find_files, missing_data_error
+from fedshare.engine.rng import numpy_rng
+from fedshare.errors import FedshareError
+from fedshare.params import check_params
+from fedshare.registry import Registry
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What every loader receives besides its own options."""
+
+    root: str | None = None
+    download: bool = False
+
+
+Loader = Callable[..., Dataset]
+DATASETS: Registry[Loader] = Registry("dataset")
+COMMON_KEYS = ("name", "root", "download", "train_subset", "test_subset", "normalize", "augment")
+
+
+def register_dataset(name: str) -> Callable[[Loader], Loader]:
+    return DATASETS.register(name)
+
+
+def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
+    """Load `cfg.name` with its options, then apply the options every dataset honours.
+
+    Common keys: `root`, `download`, `train_subset` (a class-balanced subset of the training
+    set), `test_subset`, `normalize` (per-channel mean/std), `augment` (batch augmentation).
+    """
+    cfg = dict(cfg)
+    name = cfg.get("name")
+    loader = DATASETS.get(str(name))
+    options = {k: v for k, v in cfg.items() if k not in COMMON_KEYS}
+    options = check_params(loader, options, "dataset", str(name), skip=1)
+    request = LoadRequest(root=cfg.get("root"), download=bool(cfg.get("download", False)))
+    data = loader(request, **options)
+    if cfg.get("train_subset"):
+        keep = balanced_subset(data.y_train.numpy(), int(cfg["train_subset"]),
+                               numpy_rng(seed, "train_subset"))
+        data = replace(data, x_train=data.x_train[keep], y_train=data.y_train[keep])
+    if cfg.get("test_subset"):
+        keep = balanced_subset(data.y_test.numpy(), int(cfg["test_subset"]),
+                               numpy_rng(seed, "test_subset"))
+        data = replace(data, x_test=data.x_test[keep], y_test=data.y_test[keep])
+    if cfg.get("normalize") is False:
+        data = replace(data, mean=None, std=None)
+    if cfg.get("augment") is False:
+        data = replace(data, augmentation=Augmentation())
+    return data
+
+
+def balanced_subset(labels: np.ndarray, size: int, rng: np.random.Generator) -> torch.Tensor:
+    """Indices of a class-balanced random subset of `size` (classes short of their share give
+    all they have; the rest is spread over the others), in ascending order."""
+    if size <= 0:
+        raise FedshareError(f"a subset size must be positive, got {size}")
+    classes = np.unique(labels)
+    pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
+    if size >= len(labels):
+        return torch.arange(len(labels))
+    take = np.zeros(len(classes), dtype=int)
+    remaining = size
+    while remaining > 0:
+        open_classes = [i for i, p in enumerate(pools) if take[i] < len(p)]
+        share, extra = divmod(remaining, len(open_classes))
+        for rank, i in enumerate(open_classes):
+            add = min(share + (rank < extra), len(pools[i]) - take[i])
+            take[i] += add
+            remaining -= add
+    chosen = np.concatenate([p[:t] for p, t in zip(pools, take, strict=True)])
+    return torch.from_numpy(np.sort(chosen))
+
+
+# --------------------------------------------------------------------------- always available
+@register_dataset("digits")
+def load_digits(request: LoadRequest, *, test_fraction: float = 0.2) -> Dataset:
+    """scikit-learn's 8×8 handwritten digits (1,797 images), a fixed stratified split."""
+    from sklearn.datasets import load_digits as sk_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = sk_digits()
+    x = (bunch.data.reshape(-1, 1, 8, 8)).astype(np.float32)
+    y = bunch.target.astype(np.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, y, test_size=test_fraction, stratify=y, random_state=0
+    )
+    return Dataset(
+        name="digits",
+        x_train=torch.from_numpy(x_tr), y_train=torch.from_numpy(y_tr),
+        x_test=torch.from_numpy(x_te), y_test=torch.from_numpy(y_te),
+        num_classes=10, scale=1 / 16, mean=(0.3053,), std=(0.3760,),
+        default_model="cnn_small",
+    )
+
+
+@register_dataset("synthetic")
+def load_synthetic(
+    request: LoadRequest,
+    *,
+    dim: int = 20,
+    num_classes: int = 10,
+    train_size: int = 2000,
+    test_size: int = 1000,
+    noise: float = 1.0,
+    separation: float = 3.0,
+    data_seed: int = 0,
+) -> Dataset:
+    """Gaussian class clusters: class means ~ N(0, separation²/dim · I), noise ~ N(0, noise² I)."""
+    rng = np.random.default_rng(data_seed)
+    centres = rng.normal(0.0, separation / np.sqrt(dim), size=(num_classes, dim))
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = np.arange(n) % num_classes
+        x = centres[y] + rng.normal(0.0, noise, size=(n, dim))
+        return torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.int64))
+
+    x_tr, y_tr = draw(train_size)
+    x_te, y_te = draw(test_size)
+    return Dataset("synthetic", x_tr, y_tr, x_te, y_te, num_classes=num_classes)
+
+
+# --------------------------------------------------------------------------- torchvision formats
+def read_idx(path: Any) -> np.ndarray:
+    """Read an IDX file (MNIST format), gzipped or not."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        raw = fh.read()
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+_IDX_FILES = [
+    "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+]
+
+
+def load_idx_dataset(
+    request: LoadRequest, folder: str, torchvision_name: str
+) -> tuple[torch.Tensor, ...]:
+    """Train/test tensors of an MNIST-format dataset under `<root>/<folder>/raw/`."""
+    for suffix in (".gz", ""):
+        relative = [f"{folder}/raw/{f}{suffix}" for f in _IDX_FILES]
+        base = find_files(request.root, relative)
+        if base is not None:
+            break
+    else:
+        relative = [f"{folder}/raw/{f}.gz" for f in _IDX_FILES]
+        if not request.download:
+            raise missing_data_error(folder.lower(), request.root, relative,
+                                     f"get the four {folder} IDX files")
+        import torchvision
+
+        target = download_root(request.root)
+        getattr(torchvision.datasets, torchvision_name)(str(target), download=True)
+        base = target
+    arrays = [read_idx(base / rel) for rel in relative]
+    x_tr, y_tr, x_te, y_te = (torch.from_numpy(a.copy()) for a in arrays)
+    return x_tr.unsqueeze(1), y_tr.long(), x_te.unsqueeze(1), y_te.long()
+
+
+@register_dataset("mnist")
+def load_mnist(request: LoadRequest) -> Dataset:
+    """MNIST from `<root>/MNIST/raw/` (torchvision layout), 60,000 train / 10,000 test."""
+    x_tr, y_tr, x_te, y_te = load_idx_dataset(request, "MNIST", "MNIST")
+    return Dataset("mnist", x_tr, y_tr, x_te, y_te, num_classes=10, scale=1 / 255,
+                   mean=(0.1307,), std=(0.3081,), default_model="cnn_small")

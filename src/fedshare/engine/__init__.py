@@ -1,0 +1,1 @@
+"""The simulated-round engine (see `fedshare.engine.simulation.Simulation`)."""

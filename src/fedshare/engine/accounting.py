@@ -1,0 +1,36 @@
+"""Byte accounting of everything that crosses the network."""
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+def tensor_bytes(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.numel() * t.element_size()
+
+
+def payload_bytes(payload: dict[str, torch.Tensor]) -> int:
+    return sum(tensor_bytes(t) for t in payload.values())
+
+
+@dataclass
+class Traffic:
+    """Running totals. `bytes_shared` counts only non-weight payloads, in both directions."""
+
+    bytes_up: int = 0
+    bytes_down: int = 0
+    bytes_shared: int = 0
+
+    def sent_down(self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor],
+                  receivers: int) -> None:
+        extra = payload_bytes(payload)
+        self.bytes_down += (tensor_bytes(weights) + extra) * receivers
+        self.bytes_shared += extra * receivers
+
+    def sent_up(self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor]) -> None:
+        extra = payload_bytes(payload)
+        self.bytes_up += tensor_bytes(weights) + extra
+        self.bytes_shared += extra
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)

@@ -1,0 +1,53 @@
+"""The optimizer factory and the per-round learning-rate schedules."""
+
+from collections.abc import Iterable
+
+import torch
+
+from fedshare.config import TrainConfig
+from fedshare.errors import FedshareError, choices_message
+
+SCHEDULES = ("constant", "exp", "step", "linear")
+OPTIMIZERS = ("sgd", "adam")
+
+
+def learning_rate(cfg: TrainConfig, round_idx: int) -> float:
+    """The learning rate of round `round_idx` (0-based), never below `cfg.lr_floor`."""
+    if cfg.lr_schedule == "constant":
+        lr = cfg.lr
+    elif cfg.lr_schedule == "exp":
+        lr = cfg.lr * cfg.lr_decay**round_idx
+    elif cfg.lr_schedule == "step":
+        lr = cfg.lr * cfg.lr_decay ** (round_idx // max(cfg.lr_step, 1))
+    elif cfg.lr_schedule == "linear":
+        lr = cfg.lr * (1.0 - cfg.lr_decay * round_idx)
+    else:
+        raise FedshareError(choices_message("train.lr_schedule", cfg.lr_schedule, list(SCHEDULES)))
+    return max(lr, cfg.lr_floor)
+
+
+def check_train_config(cfg: TrainConfig) -> None:
+    if cfg.optimizer not in OPTIMIZERS:
+        raise FedshareError(choices_message("train.optimizer", cfg.optimizer, list(OPTIMIZERS)))
+    if cfg.lr_schedule not in SCHEDULES:
+        raise FedshareError(choices_message("train.lr_schedule", cfg.lr_schedule, list(SCHEDULES)))
+    if cfg.lr <= 0:
+        raise FedshareError(f"train.lr={cfg.lr} must be positive")
+    if cfg.batch_size < 1 or cfg.local_epochs < 0:
+        raise FedshareError(
+            f"train.batch_size={cfg.batch_size} must be >= 1 and "
+            f"train.local_epochs={cfg.local_epochs} >= 0"
+        )
+
+
+def make_optimizer(
+    params: Iterable[torch.nn.Parameter], cfg: TrainConfig, lr: float
+) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(
+            params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
+    if cfg.optimizer == "adam":
+        b1, b2 = cfg.betas
+        return torch.optim.Adam(params, lr=lr, betas=(b1, b2), weight_decay=cfg.weight_decay)
+    raise FedshareError(choices_message("train.optimizer", cfg.optimizer, list(OPTIMIZERS)))

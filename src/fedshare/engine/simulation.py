@@ -1,0 +1,258 @@
+"""The simulated-round engine: clients run one after another on one device."""
+
+import copy
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedshare.config import SimulationConfig
+from fedshare.data.federated import FederatedData
+from fedshare.engine.accounting import Traffic
+from fedshare.engine.checkpoint import (
+    load_checkpoint,
+    restore_rng_state,
+    rng_state,
+    save_checkpoint,
+)
+from fedshare.engine.client import Client
+from fedshare.engine.evaluation import evaluate
+from fedshare.engine.optim import check_train_config, learning_rate
+from fedshare.engine.progress import Progress
+from fedshare.engine.rng import seed_global_torch
+from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
+from fedshare.errors import FedshareError, NonFiniteLossError
+from fedshare.results.rundir import RunDirectory, summarize
+from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
+
+RoundCallback = Callable[["Simulation", int, dict[str, Any] | None], None]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise FedshareError(f"unknown device {name!r}; valid: auto, cpu, cuda, cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise FedshareError(f"device={name!r} was asked for but no CUDA device is available")
+    return device
+
+
+@dataclass
+class RunResult:
+    """What a run returns: the evaluated-round history and the summary."""
+
+    history: list[dict[str, Any]]
+    summary: dict[str, Any]
+    strategy: Strategy
+    run_dir: Path | None = None
+
+    @property
+    def accuracies(self) -> list[float]:
+        return [r["accuracy"] for r in self.history]
+
+    @property
+    def final_accuracy(self) -> float:
+        return self.summary["final_accuracy"]
+
+    @property
+    def best_accuracy(self) -> float:
+        return self.summary["best_accuracy"]
+
+
+@dataclass
+class _RoundStats:
+    """Client metrics averaged over a round, kept on the device until the round is logged."""
+
+    sums: dict[str, torch.Tensor | float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, metrics: Mapping[str, Any]) -> None:
+        for key, value in metrics.items():
+            if isinstance(value, torch.Tensor):
+                value = value.detach().float()
+            self.sums[key] = self.sums.get(key, 0.0) + value
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+    def means(self) -> dict[str, float]:
+        return {k: float(v) / self.counts[k] for k, v in self.sums.items()}
+
+
+class Simulation:
+    """Runs `strategy` on `data` for `config.rounds` synchronous rounds.
+
+    Per round: sample the cohort (fraction/per_round, then availability), run each of the
+    strategy's phases (broadcast -> every client in turn -> aggregate), evaluate every
+    `eval.every` rounds and at the last, log, checkpoint.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        data: FederatedData,
+        model: nn.Module,
+        config: SimulationConfig,
+        run_dir: str | Path | None = None,
+        meta: Mapping[str, Any] | None = None,
+        callbacks: list[RoundCallback] | None = None,
+    ) -> None:
+        check_train_config(config.train)
+        if config.rounds < 1:
+            raise FedshareError(f"rounds={config.rounds} must be at least 1")
+        if config.eval.every < 1:
+            raise FedshareError(f"eval.every={config.eval.every} must be at least 1")
+        self.config = config
+        self.device = resolve_device(config.device)
+        self.data = data.to(self.device)
+        self.model = model.to(self.device)
+        self.worker = copy.deepcopy(self.model)  # the one reused client model
+        self.strategy = strategy
+        self.meta = dict(meta or {})
+        self.callbacks = list(callbacks or [])
+        self.dir = RunDirectory(run_dir) if run_dir is not None else None
+        clients = config.clients
+        probs = availability_per_client(clients.availability, data.partition.groups,
+                                        data.num_clients)
+        per_round = cohort_size(data.num_clients, clients.fraction, clients.per_round)
+        self.sampler = CohortSampler(data.num_clients, per_round, probs, config.seed,
+                                     clients.availability_period)
+        self.traffic = Traffic()
+        self.history: list[dict[str, Any]] = []
+        self.rounds_completed = 0
+        self._elapsed_before = 0.0
+        self.status = "running"
+
+    # ------------------------------------------------------------------ one round
+    def _client_updates(
+        self, phase: Phase, message: Message, cohort: list[int], round_idx: int,
+        stats: _RoundStats,
+    ) -> Iterator[Update]:
+        dataset = self.data.dataset
+        for cid in cohort:
+            seed_global_torch(self.config.seed, f"client/{phase.name}", round_idx, cid)
+            client = Client(cid, round_idx, self.data.client_indices[cid], dataset, self.worker,
+                            self.config.train, self.config.seed, phase.name)
+            update = phase.client_step(client, message)
+            self.traffic.sent_up(update.weights, update.payload)
+            stats.add(update.metrics)
+            yield update
+
+    def run_round(self, round_idx: int) -> dict[str, Any]:
+        cohort = self.sampler.cohort(round_idx)
+        stats = _RoundStats()
+        for phase in self.strategy.phases():
+            message = phase.broadcast(round_idx)
+            self.traffic.sent_down(message.weights, message.payload, len(cohort))
+            updates = self._client_updates(phase, message, cohort, round_idx, stats)
+            phase.aggregate(updates, round_idx)
+            if next(updates, None) is not None:
+                raise RuntimeError(
+                    f"{type(self.strategy).__name__}.{phase.name} aggregate did not consume "
+                    f"every client update"
+                )
+        return {"clients": len(cohort), "lr": learning_rate(self.config.train, round_idx),
+                **stats.means(), **self.strategy.round_metrics}
+
+    # ------------------------------------------------------------------ the loop
+    def _setup(self, resume: bool) -> None:
+        self.strategy.setup(SetupContext(self.model, self.data, self.config, self.device))
+        if self.dir is not None:
+            self.dir.write_partition(self.data.partition.summary())
+        if not resume:
+            if self.dir is not None:
+                self.dir.rewrite_metrics([])
+            return
+        if self.dir is None:
+            raise FedshareError("resume=true needs a run directory to resume from")
+        state = load_checkpoint(self.dir.checkpoint_path)
+        if state["fingerprint"] != self.data.partition.fingerprint:
+            raise FedshareError(
+                f"the checkpoint in {self.dir.path} was made with partition "
+                f"{state['fingerprint']}, not {self.data.partition.fingerprint}; resume with "
+                f"the same config"
+            )
+        self.strategy.load_state_dict(state["strategy"])
+        self.history = list(state["history"])
+        self.rounds_completed = int(state["rounds_completed"])
+        self.traffic = Traffic(**state["traffic"])
+        self._elapsed_before = float(state["wall_time_s"])
+        restore_rng_state(state["rng"])
+        self.dir.rewrite_metrics(self.history)
+
+    def _checkpoint(self, elapsed: float) -> None:
+        assert self.dir is not None
+        save_checkpoint(self.dir.checkpoint_path, {
+            "rounds_completed": self.rounds_completed,
+            "strategy": self.strategy.state_dict(),
+            "history": self.history,
+            "traffic": self.traffic.as_dict(),
+            "wall_time_s": elapsed,
+            "rng": rng_state(),
+            "fingerprint": self.data.partition.fingerprint,
+        })
+
+    def summary(self, elapsed: float) -> dict[str, Any]:
+        return summarize(
+            self.history,
+            **self.meta,
+            seed=self.config.seed,
+            status=self.status,
+            rounds_completed=self.rounds_completed,
+            rounds=self.config.rounds,
+            num_clients=self.data.num_clients,
+            wall_time_s=round(elapsed, 3),
+            **self.traffic.as_dict(),
+            partition_fingerprint=self.data.partition.fingerprint,
+            device=str(self.device),
+        )
+
+    def run(self, resume: bool = False) -> RunResult:
+        self._setup(resume)
+        cfg = self.config
+        start = time.perf_counter()
+        progress = Progress(cfg.rounds, self.rounds_completed, cfg.progress,
+                            self.meta.get("strategy", type(self.strategy).__name__))
+
+        def elapsed() -> float:
+            return self._elapsed_before + time.perf_counter() - start
+
+        try:
+            for round_idx in range(self.rounds_completed, cfg.rounds):
+                info = self.run_round(round_idx)
+                self.rounds_completed = round_idx + 1
+                record = None
+                if self.rounds_completed % cfg.eval.every == 0 or round_idx == cfg.rounds - 1:
+                    result = evaluate(self.strategy.global_model(), self.data.dataset,
+                                      cfg.eval.batch_size, cfg.eval.per_class)
+                    record = {"round": self.rounds_completed, **result,
+                              "wall_time_s": round(elapsed(), 3), **self.traffic.as_dict(),
+                              **info}
+                    self.history.append(record)
+                    if self.dir is not None:
+                        self.dir.append_metrics(record)
+                progress.update(record["accuracy"] if record else None, elapsed())
+                if self.dir is not None and cfg.checkpoint.every > 0 and (
+                    self.rounds_completed % cfg.checkpoint.every == 0
+                ):
+                    self._checkpoint(elapsed())
+                for callback in self.callbacks:
+                    callback(self, self.rounds_completed, record)
+            self.status = "completed"
+        except NonFiniteLossError:
+            self.status = "diverged"
+            raise
+        except BaseException:
+            self.status = "interrupted"
+            raise
+        finally:
+            progress.close()
+            if self.dir is not None:
+                self.dir.write_summary(self.summary(elapsed()))
+        return RunResult(self.history, self.summary(elapsed()), self.strategy,
+                         self.dir.path if self.dir else None)

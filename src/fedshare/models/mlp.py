@@ -1,0 +1,33 @@
+"""Multi-layer perceptrons and a linear head, for feature vectors or flattened images."""
+
+import math
+from collections.abc import Sequence
+
+from torch import nn
+
+from fedshare.models.base import HEAD, BlockModel, register_model
+
+
+@register_model("mlp")
+def mlp(
+    input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (200, 200),
+    share_layer: int = 1,
+) -> BlockModel:
+    """Flatten, then `len(hidden)` Linear+ReLU blocks (`fc1`, `fc2`, ...), then a linear head."""
+    width = math.prod(input_shape)
+    blocks: list[tuple[str, nn.Module]] = []
+    for i, h in enumerate(hidden):
+        layers: list[nn.Module] = [nn.Flatten()] if i == 0 else []
+        blocks.append((f"fc{i + 1}", nn.Sequential(*layers, nn.Linear(width, h), nn.ReLU())))
+        width = h
+    head: nn.Module = nn.Linear(width, num_classes)
+    if not hidden:
+        head = nn.Sequential(nn.Flatten(), head)
+    return BlockModel([*blocks, (HEAD, head)], share_layer=min(share_layer, len(hidden)))
+
+
+@register_model("linear")
+def linear(input_shape: Sequence[int], num_classes: int, bias: bool = True) -> BlockModel:
+    """A single linear classifier on flattened inputs (e.g. a head on frozen features)."""
+    head = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes, bias=bias))
+    return BlockModel([(HEAD, head)], share_layer=0)

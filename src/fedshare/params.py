@@ -1,0 +1,79 @@
+"""Binding user parameters (from Hydra or Python) to a factory's keyword arguments, with checks."""
+
+import dataclasses
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fedshare.errors import FedshareError
+
+_SCALARS = (bool, int, float, str)
+
+
+def accepted_params(target: Callable[..., Any], skip: int = 0) -> dict[str, inspect.Parameter]:
+    """Keyword parameters a factory accepts, after its first `skip` positional ones."""
+    if dataclasses.is_dataclass(target):
+        fields = [f for f in dataclasses.fields(target) if f.init]
+        hints = typing.get_type_hints(target)
+        return {
+            f.name: inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
+                                      annotation=hints.get(f.name, Any))
+            for f in fields
+        }
+    params = list(inspect.signature(target).parameters.values())[skip:]
+    hints = typing.get_type_hints(target)
+    return {
+        p.name: p.replace(annotation=hints.get(p.name, Any))
+        for p in params
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    }
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    if annotation is Any or annotation is inspect.Parameter.empty:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, arg) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation in _SCALARS:
+        return isinstance(value, annotation)
+    if origin in (list, tuple, typing.Sequence) or annotation in (list, tuple):
+        return isinstance(value, list | tuple)
+    if origin is dict or annotation is dict:
+        return isinstance(value, Mapping)
+    return True
+
+
+def check_params(
+    target: Callable[..., Any], params: Mapping[str, Any], kind: str, name: str, skip: int = 0
+) -> dict[str, Any]:
+    """Return `params` as a plain dict after checking every key and its type against `target`.
+
+    Raises `FedshareError` naming the bad key or value and the valid choices.
+    """
+    accepted = accepted_params(target, skip)
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if key not in accepted:
+            valid = ", ".join(sorted(accepted)) or "none"
+            raise FedshareError(
+                f"{kind} {name!r} has no parameter {key!r}; its parameters are: {valid}"
+            )
+        annotation = accepted[key].annotation
+        if not _type_ok(value, annotation):
+            shown = getattr(annotation, "__name__", str(annotation))
+            raise FedshareError(
+                f"{kind} {name!r} parameter {key!r} must be of type {shown}, got {value!r}"
+            )
+        if annotation is float and isinstance(value, int):
+            value = float(value)
+        out[key] = value
+    return out

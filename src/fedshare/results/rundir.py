@@ -1,0 +1,95 @@
+"""The run directory contract: config.yaml, metrics.jsonl, summary.json, partition.json."""
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+SUMMARY_KEYS = (
+    "strategy", "data", "partition", "model", "seed", "rounds_completed", "final_accuracy",
+    "best_accuracy", "last10_mean_accuracy", "wall_time_s", "bytes_up", "bytes_down",
+    "bytes_shared", "partition_fingerprint",
+)
+METRIC_KEYS = ("round", "accuracy", "loss", "wall_time_s", "bytes_up", "bytes_down",
+               "bytes_shared")
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: non-finite floats become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write atomically (temp file + rename) so a crash never leaves half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_clean(obj), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+class RunDirectory:
+    """Writes one run's files; everything already written stays if the run stops early."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / "checkpoint.pt"
+
+    def write_config(self, resolved: Mapping[str, Any]) -> None:
+        from omegaconf import OmegaConf
+
+        tmp = self.path / "config.yaml.tmp"
+        OmegaConf.save(OmegaConf.create(dict(resolved)), tmp)
+        os.replace(tmp, self.path / "config.yaml")
+
+    def write_partition(self, stats: Mapping[str, Any]) -> None:
+        write_json(self.path / "partition.json", stats)
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        write_json(self.path / "summary.json", summary)
+
+    def rewrite_metrics(self, history: Sequence[Mapping[str, Any]]) -> None:
+        """Replace metrics.jsonl with `history` (used when a run resumes from a checkpoint)."""
+        tmp = self.metrics_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(_clean(r)) + "\n" for r in history))
+        os.replace(tmp, self.metrics_path)
+
+    def append_metrics(self, record: Mapping[str, Any]) -> None:
+        with self.metrics_path.open("a") as fh:
+            fh.write(json.dumps(_clean(record)) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    lines = Path(path).read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def summarize(history: Sequence[Mapping[str, Any]], **fields: Any) -> dict[str, Any]:
+    """The summary.json dict: accuracy statistics over the evaluated rounds plus `fields`.
+
+    `last10_mean_accuracy` is the mean over the last 10 *evaluated* rounds.
+    """
+    accs = [r["accuracy"] for r in history if r.get("accuracy") is not None]
+    last = history[-1] if history else {}
+    summary = dict(fields)
+    summary.update(
+        final_accuracy=accs[-1] if accs else None,
+        best_accuracy=max(accs) if accs else None,
+        last10_mean_accuracy=sum(accs[-10:]) / len(accs[-10:]) if accs else None,
+        final_loss=last.get("loss"),
+    )
+    return summary

@@ -1,0 +1,150 @@
+"""The Strategy protocol, the messages that cross the network, and the strategy registry.
+
+A strategy says what a client does with its data and what the server does with the updates;
+the engine owns devices, loops, seeds, logging and files. Everything sent is a tensor in a
+`Message` or `Update`, so the engine counts bytes without the strategy doing anything:
+`weights` count as model traffic, `payload` tensors as shared (non-weight) traffic.
+"""
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from torch import nn
+
+from fedshare.config import SimulationConfig
+from fedshare.data.federated import FederatedData
+from fedshare.engine.aggregation import RunningMean
+from fedshare.engine.client import Client
+from fedshare.engine.flat import FlatState
+from fedshare.params import check_params
+from fedshare.registry import Registry
+
+
+@dataclass
+class Message:
+    """Server -> client: flat global weights and/or non-weight payload tensors."""
+
+    weights: torch.Tensor | None = None
+    payload: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Update:
+    """Client -> server. `weight` is the aggregation weight (default: the sample count)."""
+
+    client_id: int
+    num_samples: int
+    weights: torch.Tensor | None = None
+    payload: dict[str, torch.Tensor] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    weight: float | None = None
+
+    @property
+    def aggregation_weight(self) -> float:
+        return float(self.num_samples if self.weight is None else self.weight)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One exchange with the round's cohort: broadcast, a step on every client, aggregation.
+
+    A round is one or more phases over the same cohort (FLea adds a sharing phase after the
+    model is aggregated). `aggregate` receives the updates lazily, one client at a time.
+    """
+
+    name: str
+    broadcast: Callable[[int], Message]
+    client_step: Callable[[Client, Message], Update]
+    aggregate: Callable[[Iterable[Update], int], None]
+
+
+@dataclass(frozen=True)
+class SetupContext:
+    """What a strategy learns about the run before round 0."""
+
+    model: nn.Module
+    data: FederatedData
+    config: SimulationConfig
+    device: torch.device
+
+
+@dataclass
+class Strategy:
+    """Base class. Dataclass fields are the strategy's parameters (typed, checked by name).
+
+    Subclasses implement `client_update`; the default `broadcast` sends the global weights and
+    the default `aggregate` is the sample-weighted mean of the returned weights.
+    """
+
+    name: ClassVar[str] = "strategy"
+
+    def setup(self, ctx: SetupContext) -> None:
+        self.model = ctx.model
+        self.data = ctx.data
+        self.config = ctx.config
+        self.device = ctx.device
+        self.flat = FlatState(ctx.model)
+        self.round_metrics: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ protocol
+    def phases(self) -> list[Phase]:
+        return [Phase("train", self.broadcast, self.client_update, self.aggregate)]
+
+    def broadcast(self, round_idx: int) -> Message:
+        return Message(weights=self.flat.flatten(self.model))
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        raise NotImplementedError
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        self.load_weights(self.model, self.average_weights(updates))
+
+    def global_model(self) -> nn.Module:
+        return self.model
+
+    # ------------------------------------------------------------------ helpers
+    def load_weights(self, model: nn.Module, flat: torch.Tensor) -> nn.Module:
+        return self.flat.load_(model, flat)
+
+    def average_weights(
+        self, updates: Iterable[Update], collect: list[Update] | None = None
+    ) -> torch.Tensor:
+        """Running weighted mean of the updates' weights; if `collect` is given, the updates
+        are appended to it with their weights dropped (payloads and metrics kept)."""
+        mean = RunningMean()
+        for update in updates:
+            if update.weights is not None:
+                mean.add(update.weights, update.aggregation_weight)
+                update.weights = None
+            if collect is not None:
+                collect.append(update)
+        return mean.value()
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """Server state for checkpoints (tensors and plain Python values only)."""
+        return {"model": self.model.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+
+
+S = TypeVar("S", bound=type[Strategy])
+STRATEGIES: Registry[type[Strategy]] = Registry("strategy")
+
+
+def register_strategy(name: str) -> Callable[[S], S]:
+    def add(cls: S) -> S:
+        cls.name = name
+        STRATEGIES.register(name)(cls)
+        return cls
+
+    return add
+
+
+def make_strategy(name: str, params: Mapping[str, Any] | None = None) -> Strategy:
+    """Instantiate strategy `name` with checked parameters."""
+    cls = STRATEGIES.get(name)
+    return cls(**check_params(cls, dict(params or {}), "strategy", name))
