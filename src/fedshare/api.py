@@ -73,9 +73,14 @@ def simulate(
     from its checkpoint). Returns a `RunResult` with the history and summary.
     """
     config = SimulationConfig(
-        rounds=rounds, seed=seed, device=device, progress=progress,
-        clients=as_config(ClientsConfig, clients), train=as_config(TrainConfig, train),
-        eval=as_config(EvalConfig, eval), checkpoint=as_config(CheckpointConfig, checkpoint),
+        rounds=rounds,
+        seed=seed,
+        device=device,
+        progress=progress,
+        clients=as_config(ClientsConfig, clients),
+        train=as_config(TrainConfig, train),
+        eval=as_config(EvalConfig, eval),
+        checkpoint=as_config(CheckpointConfig, checkpoint),
     )
     strategy_obj = make_strategy(strategy) if isinstance(strategy, str) else strategy
     model_name = model if isinstance(model, str) else type(model).__name__

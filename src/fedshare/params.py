@@ -18,8 +18,9 @@ def accepted_params(target: Callable[..., Any], skip: int = 0) -> dict[str, insp
         fields = [f for f in dataclasses.fields(target) if f.init]
         hints = typing.get_type_hints(target)
         return {
-            f.name: inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
-                                      annotation=hints.get(f.name, Any))
+            f.name: inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(f.name, Any)
+            )
             for f in fields
         }
     params = list(inspect.signature(target).parameters.values())[skip:]

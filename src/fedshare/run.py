@@ -50,8 +50,13 @@ def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     dataset = load_dataset(data_cfg, seed=run.seed)  # type: ignore[arg-type]
     partition_cfg = OmegaConf.to_container(cfg.partition, resolve=True)
-    fed = federate(dataset, partition_cfg, run.clients.num, run.seed,  # type: ignore[arg-type]
-                   run.clients.samples_per_client)
+    fed = federate(
+        dataset,
+        partition_cfg,
+        run.clients.num,
+        run.seed,  # type: ignore[arg-type]
+        run.clients.samples_per_client,
+    )
     model_name, model_params = group_params(cfg.model)
     if model_name == "auto":
         model_name = dataset.default_model
@@ -63,8 +68,12 @@ def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["model"]["name"] = model_name  # type: ignore[index]
     directory.write_config(resolved)  # type: ignore[arg-type]
-    meta = {"strategy": strategy_name, "data": dataset.name,
-            "partition": choices.get("partition", fed.partition.name), "model": model_name}
+    meta = {
+        "strategy": strategy_name,
+        "data": dataset.name,
+        "partition": choices.get("partition", fed.partition.name),
+        "model": model_name,
+    }
     sim = Simulation(strategy, fed, model, run, output_dir, meta)
     result = sim.run(resume=run.resume)
     return result.summary

@@ -47,12 +47,14 @@ def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
     request = LoadRequest(root=cfg.get("root"), download=bool(cfg.get("download", False)))
     data = loader(request, **options)
     if cfg.get("train_subset"):
-        keep = balanced_subset(data.y_train.numpy(), int(cfg["train_subset"]),
-                               numpy_rng(seed, "train_subset"))
+        keep = balanced_subset(
+            data.y_train.numpy(), int(cfg["train_subset"]), numpy_rng(seed, "train_subset")
+        )
         data = replace(data, x_train=data.x_train[keep], y_train=data.y_train[keep])
     if cfg.get("test_subset"):
-        keep = balanced_subset(data.y_test.numpy(), int(cfg["test_subset"]),
-                               numpy_rng(seed, "test_subset"))
+        keep = balanced_subset(
+            data.y_test.numpy(), int(cfg["test_subset"]), numpy_rng(seed, "test_subset")
+        )
         data = replace(data, x_test=data.x_test[keep], y_test=data.y_test[keep])
     if cfg.get("normalize") is False:
         data = replace(data, mean=None, std=None)
@@ -98,9 +100,14 @@ def load_digits(request: LoadRequest, *, test_fraction: float = 0.2) -> Dataset:
     )
     return Dataset(
         name="digits",
-        x_train=torch.from_numpy(x_tr), y_train=torch.from_numpy(y_tr),
-        x_test=torch.from_numpy(x_te), y_test=torch.from_numpy(y_te),
-        num_classes=10, scale=1 / 16, mean=(0.3053,), std=(0.3760,),
+        x_train=torch.from_numpy(x_tr),
+        y_train=torch.from_numpy(y_tr),
+        x_test=torch.from_numpy(x_te),
+        y_test=torch.from_numpy(y_te),
+        num_classes=10,
+        scale=1 / 16,
+        mean=(0.3053,),
+        std=(0.3760,),
         default_model="cnn_small",
     )
 
@@ -138,13 +145,15 @@ def read_idx(path: Any) -> np.ndarray:
     with opener(path, "rb") as fh:
         raw = fh.read()
     ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 _IDX_FILES = [
-    "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
 ]
 
 
@@ -160,8 +169,9 @@ def load_idx_dataset(
     else:
         relative = [f"{folder}/raw/{f}.gz" for f in _IDX_FILES]
         if not request.download:
-            raise missing_data_error(folder.lower(), request.root, relative,
-                                     f"get the four {folder} IDX files")
+            raise missing_data_error(
+                folder.lower(), request.root, relative, f"get the four {folder} IDX files"
+            )
         import torchvision
 
         target = download_root(request.root)
@@ -176,5 +186,15 @@ def load_idx_dataset(
 def load_mnist(request: LoadRequest) -> Dataset:
     """MNIST from `<root>/MNIST/raw/` (torchvision layout), 60,000 train / 10,000 test."""
     x_tr, y_tr, x_te, y_te = load_idx_dataset(request, "MNIST", "MNIST")
-    return Dataset("mnist", x_tr, y_tr, x_te, y_te, num_classes=10, scale=1 / 255,
-                   mean=(0.1307,), std=(0.3081,), default_model="cnn_small")
+    return Dataset(
+        "mnist",
+        x_tr,
+        y_tr,
+        x_te,
+        y_te,
+        num_classes=10,
+        scale=1 / 255,
+        mean=(0.1307,),
+        std=(0.3081,),
+        default_model="cnn_small",
+    )

@@ -34,9 +34,7 @@ class FederatedData:
         )
 
 
-def resolve_num_clients(
-    train_size: int, num: int | None, samples_per_client: int | None
-) -> int:
+def resolve_num_clients(train_size: int, num: int | None, samples_per_client: int | None) -> int:
     """`clients.num`, or train_size // `clients.samples_per_client` (FLea's |D_k|)."""
     if samples_per_client is not None:
         if samples_per_client < 1 or samples_per_client > train_size:

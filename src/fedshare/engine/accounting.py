@@ -21,8 +21,9 @@ class Traffic:
     bytes_down: int = 0
     bytes_shared: int = 0
 
-    def sent_down(self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor],
-                  receivers: int) -> None:
+    def sent_down(
+        self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor], receivers: int
+    ) -> None:
         extra = payload_bytes(payload)
         self.bytes_down += (tensor_bytes(weights) + extra) * receivers
         self.bytes_shared += extra * receivers

@@ -14,8 +14,12 @@ class RunningMean:
         if weight < 0:
             raise ValueError(f"aggregation weight must be non-negative, got {weight}")
         if self._sum is None:
-            self._sum = vector.detach().to(torch.float64 if vector.dtype == torch.float64
-                                           else torch.float32) * weight
+            self._sum = (
+                vector.detach().to(
+                    torch.float64 if vector.dtype == torch.float64 else torch.float32
+                )
+                * weight
+            )
         else:
             self._sum.add_(vector.detach(), alpha=weight)
         self.total_weight += weight

@@ -49,8 +49,9 @@ class Client:
 
     def make_optimizer(self, params: object = None) -> torch.optim.Optimizer:
         """The configured optimizer at this round's learning rate (default: all model params)."""
-        return make_optimizer(self.model.parameters() if params is None else params,
-                              self.train, self.lr)
+        return make_optimizer(
+            self.model.parameters() if params is None else params, self.train, self.lr
+        )
 
     def batches(
         self,
@@ -68,7 +69,7 @@ class Client:
             order = self.indices[torch.randperm(n, generator=gen, device=self.device)]
             stop = n - n % size if drop_last else n
             for start in range(0, stop, size):
-                yield self.dataset.train_batch(order[start:start + size], augment, gen)
+                yield self.dataset.train_batch(order[start : start + size], augment, gen)
 
     def data(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All of this client's samples, prepared without augmentation."""

@@ -21,8 +21,8 @@ def evaluate(
     total = torch.zeros(dataset.num_classes, device=dataset.device)
     loss_sum = torch.zeros((), device=dataset.device)
     for start in range(0, n, batch_size):
-        x = dataset.prepare(dataset.x_test[start:start + batch_size])
-        y = dataset.y_test[start:start + batch_size]
+        x = dataset.prepare(dataset.x_test[start : start + batch_size])
+        y = dataset.y_test[start : start + batch_size]
         logits = model(x)
         loss_sum += F.cross_entropy(logits, y, reduction="sum")
         hit = (logits.argmax(dim=1) == y).float()

@@ -44,9 +44,7 @@ def make_optimizer(
     params: Iterable[torch.nn.Parameter], cfg: TrainConfig, lr: float
 ) -> torch.optim.Optimizer:
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(
-            params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-        )
+        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adam":
         b1, b2 = cfg.betas
         return torch.optim.Adam(params, lr=lr, betas=(b1, b2), weight_decay=cfg.weight_decay)

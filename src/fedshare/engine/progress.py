@@ -8,8 +8,15 @@ from tqdm.auto import tqdm
 class Progress:
     def __init__(self, total: int, initial: int, enabled: bool, desc: str) -> None:
         active = enabled and sys.stderr.isatty()
-        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="round",
-                        disable=not active, dynamic_ncols=True, leave=True)
+        self.bar = tqdm(
+            total=total,
+            initial=initial,
+            desc=desc,
+            unit="round",
+            disable=not active,
+            dynamic_ncols=True,
+            leave=True,
+        )
 
     def update(self, accuracy: float | None, elapsed: float) -> None:
         if accuracy is not None:

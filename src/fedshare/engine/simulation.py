@@ -117,11 +117,13 @@ class Simulation:
         self.callbacks = list(callbacks or [])
         self.dir = RunDirectory(run_dir) if run_dir is not None else None
         clients = config.clients
-        probs = availability_per_client(clients.availability, data.partition.groups,
-                                        data.num_clients)
+        probs = availability_per_client(
+            clients.availability, data.partition.groups, data.num_clients
+        )
         per_round = cohort_size(data.num_clients, clients.fraction, clients.per_round)
-        self.sampler = CohortSampler(data.num_clients, per_round, probs, config.seed,
-                                     clients.availability_period)
+        self.sampler = CohortSampler(
+            data.num_clients, per_round, probs, config.seed, clients.availability_period
+        )
         self.traffic = Traffic()
         self.history: list[dict[str, Any]] = []
         self.rounds_completed = 0
@@ -130,14 +132,26 @@ class Simulation:
 
     # ------------------------------------------------------------------ one round
     def _client_updates(
-        self, phase: Phase, message: Message, cohort: list[int], round_idx: int,
+        self,
+        phase: Phase,
+        message: Message,
+        cohort: list[int],
+        round_idx: int,
         stats: _RoundStats,
     ) -> Iterator[Update]:
         dataset = self.data.dataset
         for cid in cohort:
             seed_global_torch(self.config.seed, f"client/{phase.name}", round_idx, cid)
-            client = Client(cid, round_idx, self.data.client_indices[cid], dataset, self.worker,
-                            self.config.train, self.config.seed, phase.name)
+            client = Client(
+                cid,
+                round_idx,
+                self.data.client_indices[cid],
+                dataset,
+                self.worker,
+                self.config.train,
+                self.config.seed,
+                phase.name,
+            )
             update = phase.client_step(client, message)
             self.traffic.sent_up(update.weights, update.payload)
             stats.add(update.metrics)
@@ -156,8 +170,12 @@ class Simulation:
                     f"{type(self.strategy).__name__}.{phase.name} aggregate did not consume "
                     f"every client update"
                 )
-        return {"clients": len(cohort), "lr": learning_rate(self.config.train, round_idx),
-                **stats.means(), **self.strategy.round_metrics}
+        return {
+            "clients": len(cohort),
+            "lr": learning_rate(self.config.train, round_idx),
+            **stats.means(),
+            **self.strategy.round_metrics,
+        }
 
     # ------------------------------------------------------------------ the loop
     def _setup(self, resume: bool) -> None:
@@ -187,15 +205,18 @@ class Simulation:
 
     def _checkpoint(self, elapsed: float) -> None:
         assert self.dir is not None
-        save_checkpoint(self.dir.checkpoint_path, {
-            "rounds_completed": self.rounds_completed,
-            "strategy": self.strategy.state_dict(),
-            "history": self.history,
-            "traffic": self.traffic.as_dict(),
-            "wall_time_s": elapsed,
-            "rng": rng_state(),
-            "fingerprint": self.data.partition.fingerprint,
-        })
+        save_checkpoint(
+            self.dir.checkpoint_path,
+            {
+                "rounds_completed": self.rounds_completed,
+                "strategy": self.strategy.state_dict(),
+                "history": self.history,
+                "traffic": self.traffic.as_dict(),
+                "wall_time_s": elapsed,
+                "rng": rng_state(),
+                "fingerprint": self.data.partition.fingerprint,
+            },
+        )
 
     def summary(self, elapsed: float) -> dict[str, Any]:
         return summarize(
@@ -216,8 +237,12 @@ class Simulation:
         self._setup(resume)
         cfg = self.config
         start = time.perf_counter()
-        progress = Progress(cfg.rounds, self.rounds_completed, cfg.progress,
-                            self.meta.get("strategy", type(self.strategy).__name__))
+        progress = Progress(
+            cfg.rounds,
+            self.rounds_completed,
+            cfg.progress,
+            self.meta.get("strategy", type(self.strategy).__name__),
+        )
 
         def elapsed() -> float:
             return self._elapsed_before + time.perf_counter() - start
@@ -228,17 +253,27 @@ class Simulation:
                 self.rounds_completed = round_idx + 1
                 record = None
                 if self.rounds_completed % cfg.eval.every == 0 or round_idx == cfg.rounds - 1:
-                    result = evaluate(self.strategy.global_model(), self.data.dataset,
-                                      cfg.eval.batch_size, cfg.eval.per_class)
-                    record = {"round": self.rounds_completed, **result,
-                              "wall_time_s": round(elapsed(), 3), **self.traffic.as_dict(),
-                              **info}
+                    result = evaluate(
+                        self.strategy.global_model(),
+                        self.data.dataset,
+                        cfg.eval.batch_size,
+                        cfg.eval.per_class,
+                    )
+                    record = {
+                        "round": self.rounds_completed,
+                        **result,
+                        "wall_time_s": round(elapsed(), 3),
+                        **self.traffic.as_dict(),
+                        **info,
+                    }
                     self.history.append(record)
                     if self.dir is not None:
                         self.dir.append_metrics(record)
                 progress.update(record["accuracy"] if record else None, elapsed())
-                if self.dir is not None and cfg.checkpoint.every > 0 and (
-                    self.rounds_completed % cfg.checkpoint.every == 0
+                if (
+                    self.dir is not None
+                    and cfg.checkpoint.every > 0
+                    and (self.rounds_completed % cfg.checkpoint.every == 0)
                 ):
                     self._checkpoint(elapsed())
                 for callback in self.callbacks:
@@ -254,5 +289,9 @@ class Simulation:
             progress.close()
             if self.dir is not None:
                 self.dir.write_summary(self.summary(elapsed()))
-        return RunResult(self.history, self.summary(elapsed()), self.strategy,
-                         self.dir.path if self.dir else None)
+        return RunResult(
+            self.history,
+            self.summary(elapsed()),
+            self.strategy,
+            self.dir.path if self.dir else None,
+        )

@@ -10,7 +10,9 @@ from fedshare.models.base import HEAD, BlockModel, register_model
 
 @register_model("mlp")
 def mlp(
-    input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (200, 200),
+    input_shape: Sequence[int],
+    num_classes: int,
+    hidden: Sequence[int] = (200, 200),
     share_layer: int = 1,
 ) -> BlockModel:
     """Flatten, then `len(hidden)` Linear+ReLU blocks (`fc1`, `fc2`, ...), then a linear head."""

@@ -8,12 +8,22 @@ from pathlib import Path
 from typing import Any
 
 SUMMARY_KEYS = (
-    "strategy", "data", "partition", "model", "seed", "rounds_completed", "final_accuracy",
-    "best_accuracy", "last10_mean_accuracy", "wall_time_s", "bytes_up", "bytes_down",
-    "bytes_shared", "partition_fingerprint",
+    "strategy",
+    "data",
+    "partition",
+    "model",
+    "seed",
+    "rounds_completed",
+    "final_accuracy",
+    "best_accuracy",
+    "last10_mean_accuracy",
+    "wall_time_s",
+    "bytes_up",
+    "bytes_down",
+    "bytes_shared",
+    "partition_fingerprint",
 )
-METRIC_KEYS = ("round", "accuracy", "loss", "wall_time_s", "bytes_up", "bytes_down",
-               "bytes_shared")
+METRIC_KEYS = ("round", "accuracy", "loss", "wall_time_s", "bytes_up", "bytes_down", "bytes_shared")
 
 
 def _clean(value: Any) -> Any:

@@ -15,5 +15,9 @@ class FedAvg(Strategy):
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
         loss = train_local(client, model)
-        return Update(client.id, client.num_samples, weights=self.flat.flatten(model),
-                      metrics={"train_loss": loss})
+        return Update(
+            client.id,
+            client.num_samples,
+            weights=self.flat.flatten(model),
+            metrics={"train_loss": loss},
+        )

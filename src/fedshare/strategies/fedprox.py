@@ -31,5 +31,9 @@ class FedProx(FedAvg):
             torch._foreach_add_(grads, drift, alpha=self.mu)
 
         loss = train_local(client, model, grad_hook=proximal)
-        return Update(client.id, client.num_samples, weights=self.flat.flatten(model),
-                      metrics={"train_loss": loss})
+        return Update(
+            client.id,
+            client.num_samples,
+            weights=self.flat.flatten(model),
+            metrics={"train_loss": loss},
+        )
