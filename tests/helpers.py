@@ -1,0 +1,16 @@
+"""Small builders shared by the tests."""
+
+from fedshare.data import federate, load_dataset
+from fedshare.data.federated import FederatedData
+
+DIGITS_TRAIN = {"local_epochs": 1, "batch_size": 32, "lr": 0.05, "momentum": 0.9}
+
+
+def digits_federation(partition: object = "iid", num_clients: int = 10, seed: int = 0,
+                      **data_options: object) -> FederatedData:
+    return federate(load_dataset({"name": "digits", **data_options}, seed=seed), partition,
+                    num_clients, seed)
+
+
+def without_wall_time(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in records]

@@ -1,0 +1,101 @@
+"""The command line: the run-directory contract, clear errors, resume, sweeps."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import without_wall_time
+
+from fedshare.results.rundir import METRIC_KEYS, SUMMARY_KEYS, read_metrics
+
+FAST = ["progress=false", "rounds=2", "clients.num=4", "train.local_epochs=1"]
+
+
+def fedshare_run(*args: str, cwd: Path, env: dict[str, str] | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "fedshare.run", *args], cwd=cwd, capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, timeout=300,
+    )
+
+
+def test_a_run_writes_the_contract_files(tmp_path):
+    out = tmp_path / "run"
+    proc = fedshare_run("strategy=fedprox", "partition=dir0.5", f"run_dir={out}", *FAST,
+                        cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "partition.json"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(SUMMARY_KEYS) <= set(summary)
+    assert summary["strategy"] == "fedprox" and summary["partition"] == "dir0.5"
+    assert summary["model"] == "cnn_small" and summary["rounds_completed"] == 2
+    assert 0 <= summary["best_accuracy"] <= 100
+    records = read_metrics(out / "metrics.jsonl")
+    assert [r["round"] for r in records] == [1, 2]
+    assert all(set(METRIC_KEYS) <= set(r) for r in records)
+    partition = json.loads((out / "partition.json").read_text())
+    assert partition["fingerprint"] == summary["partition_fingerprint"]
+    assert len(partition["class_counts"]) == 4
+    assert "mu: 0.01" in (out / "config.yaml").read_text()
+
+
+def test_experiment_preset_by_name(tmp_path):
+    proc = fedshare_run("experiment=digits_quickstart", "rounds=1", "progress=false",
+                        f"run_dir={tmp_path / 'q'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "fedavg on digits/iid" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["strategy=nosuch"], "unknown strategy 'nosuch'; valid choices: fedavg"),
+        (["rounds=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+        (["nosuchkey=1"], "Could not override 'nosuchkey'"),
+        (["+strategy.mux=1"], "strategy 'fedavg' has no parameter 'mux'"),
+        (["data=mnist", "data.root=/nonexistent/x"], "dataset 'mnist' not found"),
+        (["partition=dir0.1", "partition.min_size=1000"], "min_size=1000 is infeasible"),
+    ],
+)
+def test_user_errors_give_one_clear_message(tmp_path, args, message):
+    proc = fedshare_run(*args, *FAST, f"run_dir={tmp_path / 'e'}", cwd=tmp_path,
+                        env={"FEDSHARE_DATA": str(tmp_path / "empty")})
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_nan_loss_stops_with_a_message_and_keeps_files(tmp_path):
+    out = tmp_path / "nan"
+    proc = fedshare_run("train.lr=1e12", f"run_dir={out}", *FAST, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "non-finite training loss" in proc.stderr and "Traceback" not in proc.stderr
+    assert json.loads((out / "summary.json").read_text())["status"] == "diverged"
+    assert (out / "config.yaml").exists() and (out / "partition.json").exists()
+
+
+def test_cli_resume_continues_to_the_uninterrupted_numbers(tmp_path):
+    common = ["partition=dir0.5", "progress=false", "clients.num=4", "clients.fraction=0.5",
+              "checkpoint.every=1"]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert fedshare_run(*common, "rounds=3", f"run_dir={full}", cwd=tmp_path).returncode == 0
+    assert fedshare_run(*common, "rounds=2", f"run_dir={cut}", cwd=tmp_path).returncode == 0
+    proc = fedshare_run(*common, "rounds=3", "resume=true", f"run_dir={cut}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert without_wall_time(read_metrics(cut / "metrics.jsonl")) == without_wall_time(
+        read_metrics(full / "metrics.jsonl"))
+
+
+def test_multirun_sweep_with_the_joblib_launcher(tmp_path):
+    proc = fedshare_run("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                        f"hydra.sweep.dir={tmp_path / 'sweep'}", "strategy=fedavg,fedprox",
+                        "seed=0,1", *FAST[:1], "rounds=1", "clients.num=4", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summaries = sorted((tmp_path / "sweep").glob("*/summary.json"))
+    assert len(summaries) == 4
+    seen = {(json.loads(p.read_text())["strategy"], json.loads(p.read_text())["seed"])
+            for p in summaries}
+    assert seen == {("fedavg", 0), ("fedavg", 1), ("fedprox", 0), ("fedprox", 1)}
