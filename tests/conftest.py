@@ -1,24 +1,51 @@
-"""Shared fixtures. Real datasets come from $FEDSHARE_DATA (CI points it at ../shared/datasets)."""
+"""Shared fixtures. Real datasets come from $FEDSHARE_DATA (CI points it at ../shared/datasets).
+
+Where the data is absent a test downloads it if $FEDSHARE_DOWNLOAD=1, else it skips with the
+reason — except under CI (CI=true), where a missing dataset is a failure, never a skip.
+"""
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+from fedshare.data import Dataset, load_dataset
+from fedshare.errors import FedshareError
+
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+def _skip_or_fail(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{reason} (CI must run every data test)")
+    pytest.skip(reason)
 
 
 def data_root_or_skip(*relative: str) -> Path:
     """The data root holding every `relative` path; skip with the reason if there is none."""
     root = os.environ.get("FEDSHARE_DATA")
     if not root:
-        pytest.skip("FEDSHARE_DATA is not set; point it at a folder with the real datasets")
-    base = Path(root)
+        _skip_or_fail("FEDSHARE_DATA is not set; point it at a folder with the real datasets")
+    base = Path(str(root))
     missing = [rel for rel in relative if not (base / rel).exists()]
     if missing:
-        pytest.skip(f"{missing} not found under FEDSHARE_DATA={root}")
+        _skip_or_fail(f"{missing} not found under FEDSHARE_DATA={root}")
     return base
+
+
+def load_real(name: str, **options: Any) -> Dataset:
+    """Load a real dataset from the data root; download it if $FEDSHARE_DOWNLOAD=1, else skip."""
+    try:
+        return load_dataset({"name": name, **options})
+    except FedshareError as err:
+        if "not found" not in str(err):
+            raise
+        if os.environ.get("FEDSHARE_DOWNLOAD") == "1":
+            return load_dataset({"name": name, "download": True, **options})
+        _skip_or_fail(str(err))
+        raise
 
 
 @pytest.fixture
