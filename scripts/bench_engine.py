@@ -46,7 +46,7 @@ def bare_fedavg(fed, model, rounds: int, seed: int, per_round: int) -> torch.Ten
             for _ in range(TRAIN["local_epochs"]):
                 order = idx[torch.randperm(len(idx), generator=gen)]
                 for start in range(0, len(order), TRAIN["batch_size"]):
-                    b = order[start:start + TRAIN["batch_size"]]
+                    b = order[start : start + TRAIN["batch_size"]]
                     x = (ds.x_train[b].float() * ds.scale - mean) / std
                     opt.zero_grad(set_to_none=True)
                     F.cross_entropy(model(x), ds.y_train[b]).backward()
@@ -73,8 +73,17 @@ def main() -> None:
     for _ in range(args.repeats):
         model = init_model("cnn_small", fed, seed=0)
         t0 = time.perf_counter()
-        run = simulate(FedAvg(), fed, model, rounds=args.rounds, seed=0, train=TRAIN,
-                       clients={"per_round": 10}, eval={"every": 10**6}, device="cpu")
+        run = simulate(
+            FedAvg(),
+            fed,
+            model,
+            rounds=args.rounds,
+            seed=0,
+            train=TRAIN,
+            clients={"per_round": 10},
+            eval={"every": 10**6},
+            device="cpu",
+        )
         engine_s.append((time.perf_counter() - t0) / args.rounds)
         engine_w = torch.cat([p.detach().reshape(-1) for p in run.strategy.model.parameters()])
 

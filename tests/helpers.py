@@ -6,10 +6,12 @@ from fedshare.data.federated import FederatedData
 DIGITS_TRAIN = {"local_epochs": 1, "batch_size": 32, "lr": 0.05, "momentum": 0.9}
 
 
-def digits_federation(partition: object = "iid", num_clients: int = 10, seed: int = 0,
-                      **data_options: object) -> FederatedData:
-    return federate(load_dataset({"name": "digits", **data_options}, seed=seed), partition,
-                    num_clients, seed)
+def digits_federation(
+    partition: object = "iid", num_clients: int = 10, seed: int = 0, **data_options: object
+) -> FederatedData:
+    return federate(
+        load_dataset({"name": "digits", **data_options}, seed=seed), partition, num_clients, seed
+    )
 
 
 def without_wall_time(records: list[dict]) -> list[dict]:

@@ -7,24 +7,29 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import without_wall_time
 
 from fedshare.results.rundir import METRIC_KEYS, SUMMARY_KEYS, read_metrics
+from helpers import without_wall_time
 
 FAST = ["progress=false", "rounds=2", "clients.num=4", "train.local_epochs=1"]
 
 
 def fedshare_run(*args: str, cwd: Path, env: dict[str, str] | None = None):
     return subprocess.run(
-        [sys.executable, "-m", "fedshare.run", *args], cwd=cwd, capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, timeout=300,
+        [sys.executable, "-m", "fedshare.run", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
     )
 
 
 def test_a_run_writes_the_contract_files(tmp_path):
     out = tmp_path / "run"
-    proc = fedshare_run("strategy=fedprox", "partition=dir0.5", f"run_dir={out}", *FAST,
-                        cwd=tmp_path)
+    proc = fedshare_run(
+        "strategy=fedprox", "partition=dir0.5", f"run_dir={out}", *FAST, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "partition.json"):
         assert (out / name).is_file(), name
@@ -43,8 +48,13 @@ def test_a_run_writes_the_contract_files(tmp_path):
 
 
 def test_experiment_preset_by_name(tmp_path):
-    proc = fedshare_run("experiment=digits_quickstart", "rounds=1", "progress=false",
-                        f"run_dir={tmp_path / 'q'}", cwd=tmp_path)
+    proc = fedshare_run(
+        "experiment=digits_quickstart",
+        "rounds=1",
+        "progress=false",
+        f"run_dir={tmp_path / 'q'}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "fedavg on digits/iid" in proc.stdout
 
@@ -61,8 +71,13 @@ def test_experiment_preset_by_name(tmp_path):
     ],
 )
 def test_user_errors_give_one_clear_message(tmp_path, args, message):
-    proc = fedshare_run(*args, *FAST, f"run_dir={tmp_path / 'e'}", cwd=tmp_path,
-                        env={"FEDSHARE_DATA": str(tmp_path / "empty")})
+    proc = fedshare_run(
+        *args,
+        *FAST,
+        f"run_dir={tmp_path / 'e'}",
+        cwd=tmp_path,
+        env={"FEDSHARE_DATA": str(tmp_path / "empty")},
+    )
     assert proc.returncode != 0
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -78,24 +93,41 @@ def test_nan_loss_stops_with_a_message_and_keeps_files(tmp_path):
 
 
 def test_cli_resume_continues_to_the_uninterrupted_numbers(tmp_path):
-    common = ["partition=dir0.5", "progress=false", "clients.num=4", "clients.fraction=0.5",
-              "checkpoint.every=1"]
+    common = [
+        "partition=dir0.5",
+        "progress=false",
+        "clients.num=4",
+        "clients.fraction=0.5",
+        "checkpoint.every=1",
+    ]
     full, cut = tmp_path / "full", tmp_path / "cut"
     assert fedshare_run(*common, "rounds=3", f"run_dir={full}", cwd=tmp_path).returncode == 0
     assert fedshare_run(*common, "rounds=2", f"run_dir={cut}", cwd=tmp_path).returncode == 0
     proc = fedshare_run(*common, "rounds=3", "resume=true", f"run_dir={cut}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert without_wall_time(read_metrics(cut / "metrics.jsonl")) == without_wall_time(
-        read_metrics(full / "metrics.jsonl"))
+        read_metrics(full / "metrics.jsonl")
+    )
 
 
 def test_multirun_sweep_with_the_joblib_launcher(tmp_path):
-    proc = fedshare_run("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                        f"hydra.sweep.dir={tmp_path / 'sweep'}", "strategy=fedavg,fedprox",
-                        "seed=0,1", *FAST[:1], "rounds=1", "clients.num=4", cwd=tmp_path)
+    proc = fedshare_run(
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "strategy=fedavg,fedprox",
+        "seed=0,1",
+        *FAST[:1],
+        "rounds=1",
+        "clients.num=4",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     summaries = sorted((tmp_path / "sweep").glob("*/summary.json"))
     assert len(summaries) == 4
-    seen = {(json.loads(p.read_text())["strategy"], json.loads(p.read_text())["seed"])
-            for p in summaries}
+    seen = {
+        (json.loads(p.read_text())["strategy"], json.loads(p.read_text())["seed"])
+        for p in summaries
+    }
     assert seen == {("fedavg", 0), ("fedavg", 1), ("fedprox", 0), ("fedprox", 1)}

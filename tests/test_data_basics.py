@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import torch
-from conftest import load_real
 
+from conftest import load_real
 from fedshare.data import federate, load_dataset
 
 
@@ -46,5 +46,5 @@ def test_samples_per_client_sets_the_client_count():
 def test_unknown_dataset_is_a_clear_error():
     from fedshare.errors import FedshareError
 
-    with pytest.raises(FedshareError, match="unknown dataset 'nope'; valid choices: .*digits"):
+    with pytest.raises(FedshareError, match=r"unknown dataset 'nope'; valid choices: .*digits"):
         load_dataset({"name": "nope"})

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
 
 from fedshare import simulate
 from fedshare.config import TrainConfig
@@ -13,6 +12,7 @@ from fedshare.errors import FedshareError, NonFiniteLossError
 from fedshare.models import build_model
 from fedshare.results.rundir import read_metrics
 from fedshare.strategies import FedAvg, FedProx, SetupContext, Update
+from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
 
 
 def test_fedavg_aggregate_is_the_sample_weighted_mean():
@@ -23,7 +23,10 @@ def test_fedavg_aggregate_is_the_sample_weighted_mean():
     n = strategy.flat.numel
     vectors = [torch.randn(n) for _ in range(3)]
     counts = [10, 30, 60]
-    updates = [Update(i, c, weights=v.clone()) for i, (c, v) in enumerate(zip(counts, vectors))]
+    updates = [
+        Update(i, c, weights=v.clone())
+        for i, (c, v) in enumerate(zip(counts, vectors, strict=True))
+    ]
     strategy.aggregate(iter(updates), 0)
     expected = (10 * vectors[0] + 30 * vectors[1] + 60 * vectors[2]) / 100
     torch.testing.assert_close(strategy.flat.flatten(strategy.model), expected)
@@ -31,8 +34,10 @@ def test_fedavg_aggregate_is_the_sample_weighted_mean():
 
 def test_fedprox_with_mu_zero_equals_fedavg_exactly():
     data = digits_federation(partition={"name": "dirichlet", "alpha": 0.5}, num_clients=5)
-    runs = [simulate(s, data, "cnn_small", rounds=3, train=DIGITS_TRAIN, clients={"num": 5})
-            for s in (FedAvg(), FedProx(mu=0.0))]
+    runs = [
+        simulate(s, data, "cnn_small", rounds=3, train=DIGITS_TRAIN, clients={"num": 5})
+        for s in (FedAvg(), FedProx(mu=0.0))
+    ]
     a, b = (r.strategy.flat.flatten(r.strategy.model) for r in runs)
     assert torch.equal(a, b)
     assert without_wall_time(runs[0].history) == without_wall_time(runs[1].history)
@@ -44,13 +49,19 @@ def test_fedprox_with_positive_mu_pulls_towards_the_global_model():
     drift = {}
     for mu in (0.0, 10.0):
         run = simulate(FedProx(mu=mu), data, "cnn_small", rounds=2, train=DIGITS_TRAIN)
-        drift[mu] = float((run.strategy.flat.flatten(run.strategy.model)
-                           - start.strategy.flat.flatten(start.strategy.model)).norm())
+        drift[mu] = float(
+            (
+                run.strategy.flat.flatten(run.strategy.model)
+                - start.strategy.flat.flatten(start.strategy.model)
+            ).norm()
+        )
     assert drift[10.0] < drift[0.0]
 
 
-@pytest.mark.parametrize(("fraction", "per_round", "expected"),
-                         [(0.1, None, 5), (0.33, None, 16), (1.0, None, 50), (0.5, 7, 7)])
+@pytest.mark.parametrize(
+    ("fraction", "per_round", "expected"),
+    [(0.1, None, 5), (0.33, None, 16), (1.0, None, 50), (0.5, 7, 7)],
+)
 def test_sampling_draws_the_configured_number(fraction, per_round, expected):
     size = cohort_size(50, fraction, per_round)
     assert size == expected
@@ -104,20 +115,30 @@ def test_learning_rate_schedules():
 def test_same_seed_gives_identical_metrics(tmp_path):
     data = digits_federation(partition={"name": "dirichlet", "alpha": 0.3})
     for name in ("a", "b"):
-        simulate("fedavg", data, "cnn_small", rounds=3, seed=5, train=DIGITS_TRAIN,
-                 clients={"fraction": 0.5}, run_dir=tmp_path / name)
+        simulate(
+            "fedavg",
+            data,
+            "cnn_small",
+            rounds=3,
+            seed=5,
+            train=DIGITS_TRAIN,
+            clients={"fraction": 0.5},
+            run_dir=tmp_path / name,
+        )
     a, b = (read_metrics(tmp_path / n / "metrics.jsonl") for n in "ab")
     assert len(a) == 3
     assert without_wall_time(a) == without_wall_time(b)
-    other = simulate("fedavg", data, "cnn_small", rounds=3, seed=6, train=DIGITS_TRAIN,
-                     clients={"fraction": 0.5})
+    other = simulate(
+        "fedavg", data, "cnn_small", rounds=3, seed=6, train=DIGITS_TRAIN, clients={"fraction": 0.5}
+    )
     assert without_wall_time(other.history) != without_wall_time(a)
 
 
 def test_killed_and_resumed_run_equals_uninterrupted(tmp_path):
     data = digits_federation(partition={"name": "dirichlet", "alpha": 0.3})
-    options = dict(rounds=5, seed=2, train=DIGITS_TRAIN, clients={"fraction": 0.5},
-                   checkpoint={"every": 1})
+    options = dict(
+        rounds=5, seed=2, train=DIGITS_TRAIN, clients={"fraction": 0.5}, checkpoint={"every": 1}
+    )
     full = simulate("fedprox", data, "cnn_small", run_dir=tmp_path / "full", **options)
 
     def kill_after_round_3(_sim, completed, _record):
@@ -125,29 +146,41 @@ def test_killed_and_resumed_run_equals_uninterrupted(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        simulate("fedprox", data, "cnn_small", run_dir=tmp_path / "cut",
-                 callbacks=[kill_after_round_3], **options)
+        simulate(
+            "fedprox",
+            data,
+            "cnn_small",
+            run_dir=tmp_path / "cut",
+            callbacks=[kill_after_round_3],
+            **options,
+        )
     cut = read_metrics(tmp_path / "cut" / "metrics.jsonl")
     assert [r["round"] for r in cut] == [1, 2, 3]
-    resumed = simulate("fedprox", data, "cnn_small", run_dir=tmp_path / "cut", resume=True,
-                       **options)
+    resumed = simulate(
+        "fedprox", data, "cnn_small", run_dir=tmp_path / "cut", resume=True, **options
+    )
     assert without_wall_time(resumed.history) == without_wall_time(full.history)
-    assert without_wall_time(read_metrics(tmp_path / "cut" / "metrics.jsonl")) == \
-        without_wall_time(read_metrics(tmp_path / "full" / "metrics.jsonl"))
-    assert torch.equal(resumed.strategy.flat.flatten(resumed.strategy.model),
-                       full.strategy.flat.flatten(full.strategy.model))
+    assert without_wall_time(read_metrics(tmp_path / "cut" / "metrics.jsonl")) == without_wall_time(
+        read_metrics(tmp_path / "full" / "metrics.jsonl")
+    )
+    assert torch.equal(
+        resumed.strategy.flat.flatten(resumed.strategy.model),
+        full.strategy.flat.flatten(full.strategy.model),
+    )
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FedshareError, match="no checkpoint"):
-        simulate("fedavg", digits_federation(), "cnn_small", rounds=1, run_dir=tmp_path,
-                 resume=True)
+        simulate(
+            "fedavg", digits_federation(), "cnn_small", rounds=1, run_dir=tmp_path, resume=True
+        )
 
 
 def test_byte_accounting_counts_weights_but_shares_nothing():
     data = digits_federation(num_clients=4)
-    run = simulate("fedavg", data, "cnn_small", rounds=2, train=DIGITS_TRAIN,
-                   clients={"per_round": 3})
+    run = simulate(
+        "fedavg", data, "cnn_small", rounds=2, train=DIGITS_TRAIN, clients={"per_round": 3}
+    )
     model_bytes = run.strategy.flat.numel * 4
     assert run.summary["bytes_up"] == run.summary["bytes_down"] == 2 * 3 * model_bytes
     assert run.summary["bytes_shared"] == 0
@@ -156,8 +189,15 @@ def test_byte_accounting_counts_weights_but_shares_nothing():
 def test_non_finite_loss_stops_the_run_and_keeps_its_files(tmp_path):
     data = digits_federation()
     with pytest.raises(NonFiniteLossError, match="non-finite"):
-        simulate("fedavg", data, "cnn_small", rounds=5,
-                 train={**DIGITS_TRAIN, "lr": 1e12}, run_dir=tmp_path, eval={"every": 1})
+        simulate(
+            "fedavg",
+            data,
+            "cnn_small",
+            rounds=5,
+            train={**DIGITS_TRAIN, "lr": 1e12},
+            run_dir=tmp_path,
+            eval={"every": 1},
+        )
     assert (tmp_path / "summary.json").exists()
     assert '"status": "diverged"' in (tmp_path / "summary.json").read_text()
 
@@ -171,8 +211,14 @@ def test_fedavg_learns_digits_and_label_skew_hurts():
     for seed in range(3):
         for store, part in ((iid, "iid"), (skew, {"name": "dirichlet", "alpha": 0.1})):
             data = digits_federation(part, num_clients=10, seed=seed)
-            run = simulate("fedavg", data, "cnn_small", rounds=8, seed=seed,
-                           train={**DIGITS_TRAIN, "local_epochs": 2})
+            run = simulate(
+                "fedavg",
+                data,
+                "cnn_small",
+                rounds=8,
+                seed=seed,
+                train={**DIGITS_TRAIN, "local_epochs": 2},
+            )
             store.append(run.final_accuracy)
     assert min(iid) > 92.0
     assert np.mean(iid) - np.mean(skew) > 10.0
