@@ -1,6 +1,21 @@
 """The model zoo: every model is a `BlockModel` with named blocks and split points."""
 
-from fedshare.models import cnn, mlp  # noqa: F401  (registers the models)
-from fedshare.models.base import MODELS, BlockModel, build_model, register_model
+from fedshare.models import (  # noqa: F401  (registers the models)
+    audionet,
+    cnn,
+    harnet,
+    lenet,
+    mlp,
+    mobilenet_v2,
+    resnet_cifar,
+    tv_resnet,
+)
+from fedshare.models.base import (
+    MODELS,
+    BlockModel,
+    build_model,
+    prepare_for_device,
+    register_model,
+)
 
-__all__ = ["MODELS", "BlockModel", "build_model", "register_model"]
+__all__ = ["MODELS", "BlockModel", "build_model", "prepare_for_device", "register_model"]

@@ -1,7 +1,13 @@
-"""Models as stacks of named blocks, so "the first l blocks" and "the rest" are slices."""
+"""Models as stacks of named blocks, so "the first l blocks" and "the rest" are slices.
+
+Device options: `prepare_for_device(model, device, channels_last=True)` moves a model and
+stores its 4-d weights channels-last (convolutions then run NHWC on a GPU). Every model here is
+plain conv/BN/linear, so it runs under `torch.autocast` unchanged; autocast belongs to the
+training loop (the engine), not to the model.
+"""
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch import nn
@@ -29,8 +35,12 @@ class BlockModel(nn.Module):
             raise ValueError(f"the last block must be named {HEAD!r}, got {names}")
         self.blocks = nn.ModuleDict(blocks)
         if not 0 <= share_layer < len(names):
-            raise ValueError(f"share_layer={share_layer} outside 0..{len(names) - 1}")
+            raise FedshareError(
+                f"share_layer={share_layer} is not a split point of this model; valid: "
+                f"0..{len(names) - 1} (blocks: {', '.join(names)})"
+            )
         self.share_layer = share_layer
+        self.frozen_upto = 0
 
     @property
     def block_names(self) -> list[str]:
@@ -74,6 +84,39 @@ class BlockModel(nn.Module):
             x = block(x)
         return x
 
+    def freeze(self, upto: int | None = None) -> Self:
+        """Freeze blocks [0, upto) (default: all but the head) as a fixed feature extractor.
+
+        Their parameters stop requiring gradients and they stay in eval mode (BatchNorm keeps
+        its running statistics) even when `train()` is called on the whole model.
+        """
+        stop = self.num_blocks - 1 if upto is None else upto
+        if not 0 <= stop <= self.num_blocks:
+            raise FedshareError(f"cannot freeze {stop} blocks of a {self.num_blocks}-block model")
+        for i, block in enumerate(self.blocks.values()):
+            block.requires_grad_(i >= stop)
+        self.frozen_upto = stop
+        return self.train(self.training)
+
+    def train(self, mode: bool = True) -> Self:
+        super().train(mode)
+        for block in list(self.blocks.values())[: getattr(self, "frozen_upto", 0)]:
+            block.eval()
+        return self
+
+
+def prepare_for_device(
+    model: nn.Module, device: torch.device | str | None = None, channels_last: bool = False
+) -> nn.Module:
+    """Move `model` to `device` (in place) and, if asked, store its 4-d weights channels-last.
+
+    Channels-last pays off for convolutions on a GPU (tensor cores, especially under autocast
+    with float16/bfloat16); outputs are the same up to floating-point rounding.
+    """
+    if channels_last:
+        return model.to(device=device, memory_format=torch.channels_last)
+    return model.to(device=device)
+
 
 ModelFactory = Callable[..., BlockModel]
 MODELS: Registry[ModelFactory] = Registry("model")
@@ -95,10 +138,42 @@ def build_model(
     return factory(tuple(input_shape), num_classes, **kwargs)
 
 
-def require_input(name: str, input_shape: Sequence[int], ndim: int, what: str) -> None:
-    """Raise a clear error when a model cannot take inputs of `input_shape`."""
-    if len(input_shape) != ndim:
-        raise FedshareError(
-            f"model {name!r} expects {what} inputs, but the data has shape "
-            f"{tuple(input_shape)}; choose a model that fits this dataset"
-        )
+def require_input(
+    name: str,
+    input_shape: Sequence[int],
+    ndim: int,
+    what: str,
+    exact: Sequence[int | None] | None = None,
+) -> None:
+    """Raise a clear error when a model cannot take inputs of `input_shape`.
+
+    `what` names the inputs the model takes (e.g. "C×H×W images"); `ndim` is the number of
+    dimensions without the batch; `exact`, if given, fixes some of them (None = any size), e.g.
+    `(None, 32, 32)` for C×32×32 images.
+    """
+    fits = len(input_shape) == ndim
+    if fits and exact is not None:
+        fits = all(e is None or e == s for e, s in zip(exact, input_shape, strict=True))
+    if not fits:
+        raise input_error(name, input_shape, what)
+
+
+def input_error(name: str, input_shape: Sequence[int], what: str) -> FedshareError:
+    """The one-sentence error for data whose per-sample shape a model cannot take."""
+    return FedshareError(
+        f"model {name!r} expects {what}, but the data has shape "
+        f"{tuple(input_shape)}; choose a model that fits this dataset (model=auto picks the "
+        f"dataset's default)"
+    )
+
+
+def conv_out(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
+    """Output length of a convolution or pooling along one axis."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def scaled(channels: int, width: float) -> int:
+    """`channels` times the width multiplier, rounded, at least 1."""
+    if width <= 0:
+        raise FedshareError(f"model width multiplier must be positive, got {width}")
+    return max(1, round(channels * width))

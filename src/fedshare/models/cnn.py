@@ -1,10 +1,17 @@
-"""A small CNN for MNIST-sized (or smaller) images."""
+"""Small CNNs for MNIST-sized images: `cnn_small` (generic) and `cnn_mnist` (XorMixFL)."""
 
 from collections.abc import Sequence
 
 from torch import nn
 
-from fedshare.models.base import HEAD, BlockModel, register_model, require_input
+from fedshare.models.base import (
+    HEAD,
+    BlockModel,
+    conv_out,
+    input_error,
+    register_model,
+    require_input,
+)
 
 
 @register_model("cnn_small")
@@ -19,7 +26,7 @@ def cnn_small(
 
     Blocks: `conv1`, `conv2`, ..., `fc`, `head`. Needs C×H×W inputs with H, W >= 2**len(channels).
     """
-    require_input("cnn_small", input_shape, 3, "C×H×W image")
+    require_input("cnn_small", input_shape, 3, "C×H×W images")
     c, h, w = input_shape
     blocks: list[tuple[str, nn.Module]] = []
     for i, out in enumerate(channels):
@@ -31,7 +38,37 @@ def cnn_small(
         )
         c, h, w = out, h // 2, w // 2
     if h < 1 or w < 1:
-        raise ValueError(f"input {tuple(input_shape)} too small for {len(channels)} pooling blocks")
+        what = f"C×H×W images big enough for {len(channels)} pooling blocks"
+        raise input_error("cnn_small", input_shape, what)
     blocks.append(("fc", nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, hidden), nn.ReLU())))
     blocks.append((HEAD, nn.Linear(hidden, num_classes)))
     return BlockModel(blocks, share_layer=share_layer)
+
+
+@register_model("cnn_mnist")
+def cnn_mnist(
+    input_shape: Sequence[int],
+    num_classes: int,
+    dropout: bool = True,
+    share_layer: int | None = None,
+) -> BlockModel:
+    """XorMixFL's MNIST CNN (xormixfl.md §7 A8; 1,199,882 parameters on 1×28×28).
+
+    conv3×3-32 → ReLU | conv3×3-64 → ReLU → max-pool 2 → dropout 0.25 | flatten → FC-128 → ReLU
+    → dropout 0.5 | FC head. Blocks: `conv1`, `conv2`, `fc1` (128-d features), `head`; the
+    default `share_layer` is the penultimate split (`features(x)`).
+    """
+    what = "C×H×W images of at least 6×6"
+    require_input("cnn_mnist", input_shape, 3, what)
+    c, h, w = input_shape
+    h, w = (conv_out(conv_out(conv_out(s, 3), 3), 2, 2) for s in (h, w))
+    if h < 1 or w < 1:
+        raise input_error("cnn_mnist", input_shape, what)
+    drop1, drop2 = (nn.Dropout(p) if dropout else nn.Identity() for p in (0.25, 0.5))
+    blocks: list[tuple[str, nn.Module]] = [
+        ("conv1", nn.Sequential(nn.Conv2d(c, 32, 3), nn.ReLU())),
+        ("conv2", nn.Sequential(nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2), drop1)),
+        ("fc1", nn.Sequential(nn.Flatten(), nn.Linear(64 * h * w, 128), nn.ReLU(), drop2)),
+        (HEAD, nn.Linear(128, num_classes)),
+    ]
+    return BlockModel(blocks, share_layer=len(blocks) - 1 if share_layer is None else share_layer)

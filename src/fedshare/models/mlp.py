@@ -13,9 +13,12 @@ def mlp(
     input_shape: Sequence[int],
     num_classes: int,
     hidden: Sequence[int] = (200, 200),
-    share_layer: int = 1,
+    share_layer: int | None = None,
 ) -> BlockModel:
-    """Flatten, then `len(hidden)` Linear+ReLU blocks (`fc1`, `fc2`, ...), then a linear head."""
+    """Flatten, then `len(hidden)` Linear+ReLU blocks (`fc1`, `fc2`, ...), then a linear head.
+
+    Default `share_layer`: after `fc1` (0, the raw input, when there are no hidden layers).
+    """
     width = math.prod(input_shape)
     blocks: list[tuple[str, nn.Module]] = []
     for i, h in enumerate(hidden):
@@ -25,7 +28,9 @@ def mlp(
     head: nn.Module = nn.Linear(width, num_classes)
     if not hidden:
         head = nn.Sequential(nn.Flatten(), head)
-    return BlockModel([*blocks, (HEAD, head)], share_layer=min(share_layer, len(hidden)))
+    if share_layer is None:
+        share_layer = min(1, len(hidden))
+    return BlockModel([*blocks, (HEAD, head)], share_layer=share_layer)
 
 
 @register_model("linear")
