@@ -41,7 +41,7 @@ def group_params(node: Any) -> tuple[str, dict[str, Any]]:
 def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[str, Any]:
     """Build everything from a composed config, run it, and return the summary."""
     from fedshare.api import init_model
-    from fedshare.data import federate, load_dataset
+    from fedshare.data import federate, load_dataset, plot_partition
     from fedshare.engine.simulation import Simulation
     from fedshare.results.rundir import RunDirectory
     from fedshare.strategies import make_strategy
@@ -75,6 +75,7 @@ def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[
         "model": model_name,
     }
     sim = Simulation(strategy, fed, model, run, output_dir, meta)
+    plot_partition(fed.partition, output_dir / "partition.png")
     result = sim.run(resume=run.resume)
     return result.summary
 

@@ -1,9 +1,14 @@
 """Datasets, partitioners and federated splits."""
 
+from fedshare.data import audio, images, sensors  # noqa: F401  (registers the loaders)
+from fedshare.data import feature_files, synthetic_features  # noqa: F401  (FedPFT's feature data)
 from fedshare.data.dataset import Augmentation, Dataset
 from fedshare.data.datasets import DATASETS, LoadRequest, load_dataset, register_dataset
 from fedshare.data.federated import FederatedData, federate
 from fedshare.data.partition import PARTITIONERS, Partition, make_partition, register_partition
+from fedshare.data.partition import Split as Split
+from fedshare.data.partition_plot import plot_partition as plot_partition
+from fedshare.data.shift import apply_domain_shift as apply_domain_shift
 
 __all__ = [
     "DATASETS",

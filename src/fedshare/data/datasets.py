@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedshare.data.cache import cached
 from fedshare.data.dataset import Augmentation, Dataset
 from fedshare.data.sources import download_root, find_files, missing_data_error
 from fedshare.engine.rng import numpy_rng
@@ -22,11 +23,25 @@ class LoadRequest:
 
     root: str | None = None
     download: bool = False
+    cache: bool = True
+    """Read/write processed tensors in the cache (`fedshare.data.cache`)."""
 
 
 Loader = Callable[..., Dataset]
 DATASETS: Registry[Loader] = Registry("dataset")
-COMMON_KEYS = ("name", "root", "download", "train_subset", "test_subset", "normalize", "augment")
+COMMON_KEYS = (
+    "name",
+    "root",
+    "download",
+    "cache",
+    "train_subset",
+    "test_subset",
+    "normalize",
+    "augment",
+    "features",
+    "features_weights",
+    "features_options",
+)
 
 
 def register_dataset(name: str) -> Callable[[Loader], Loader]:
@@ -36,15 +51,20 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
 def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
     """Load `cfg.name` with its options, then apply the options every dataset honours.
 
-    Common keys: `root`, `download`, `train_subset` (a class-balanced subset of the training
-    set), `test_subset`, `normalize` (per-channel mean/std), `augment` (batch augmentation).
+    Common keys: `root`, `download`, `cache` (use the processed-tensor cache), `train_subset`
+    (a class-balanced subset of the training set), `test_subset`, `normalize` (per-channel
+    mean/std), `augment` (batch augmentation).
     """
     cfg = dict(cfg)
     name = cfg.get("name")
     loader = DATASETS.get(str(name))
     options = {k: v for k, v in cfg.items() if k not in COMMON_KEYS}
     options = check_params(loader, options, "dataset", str(name), skip=1)
-    request = LoadRequest(root=cfg.get("root"), download=bool(cfg.get("download", False)))
+    request = LoadRequest(
+        root=cfg.get("root"),
+        download=bool(cfg.get("download", False)),
+        cache=bool(cfg.get("cache", True)),
+    )
     data = loader(request, **options)
     if cfg.get("train_subset"):
         keep = balanced_subset(
@@ -60,6 +80,10 @@ def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
         data = replace(data, mean=None, std=None)
     if cfg.get("augment") is False:
         data = replace(data, augmentation=Augmentation())
+    if cfg.get("features"):  # a frozen backbone's cached features (FedPFT, fedpft.md §1)
+        from fedshare.data.features import extract_features
+
+        data = extract_features(data, cfg, request)
     return data
 
 
@@ -158,9 +182,10 @@ _IDX_FILES = [
 
 
 def load_idx_dataset(
-    request: LoadRequest, folder: str, torchvision_name: str
+    request: LoadRequest, folder: str, torchvision_name: str, name: str | None = None
 ) -> tuple[torch.Tensor, ...]:
-    """Train/test tensors of an MNIST-format dataset under `<root>/<folder>/raw/`."""
+    """Train/test tensors of an MNIST-format dataset under `<root>/<folder>/raw/` (cached)."""
+    name = name or folder.lower()
     for suffix in (".gz", ""):
         relative = [f"{folder}/raw/{f}{suffix}" for f in _IDX_FILES]
         base = find_files(request.root, relative)
@@ -170,16 +195,26 @@ def load_idx_dataset(
         relative = [f"{folder}/raw/{f}.gz" for f in _IDX_FILES]
         if not request.download:
             raise missing_data_error(
-                folder.lower(), request.root, relative, f"get the four {folder} IDX files"
+                name, request.root, relative, f"get the four {folder} IDX files"
             )
         import torchvision
 
         target = download_root(request.root)
         getattr(torchvision.datasets, torchvision_name)(str(target), download=True)
         base = target
-    arrays = [read_idx(base / rel) for rel in relative]
-    x_tr, y_tr, x_te, y_te = (torch.from_numpy(a.copy()) for a in arrays)
-    return x_tr.unsqueeze(1), y_tr.long(), x_te.unsqueeze(1), y_te.long()
+    paths = [base / rel for rel in relative]
+
+    def build() -> dict[str, torch.Tensor]:
+        x_tr, y_tr, x_te, y_te = (torch.from_numpy(read_idx(p).copy()) for p in paths)
+        return {
+            "x_train": x_tr.unsqueeze(1),
+            "y_train": y_tr.long(),
+            "x_test": x_te.unsqueeze(1),
+            "y_test": y_te.long(),
+        }
+
+    payload = cached(name, {"format": "idx", "version": 1}, paths, build, request.cache)
+    return payload["x_train"], payload["y_train"], payload["x_test"], payload["y_test"]
 
 
 @register_dataset("mnist")

@@ -8,6 +8,7 @@ import torch
 
 from fedshare.data.dataset import Dataset
 from fedshare.data.partition import Partition, make_partition
+from fedshare.data.shift import apply_domain_shift
 from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
 
@@ -55,10 +56,14 @@ def federate(
     seed: int = 0,
     samples_per_client: int | None = None,
 ) -> FederatedData:
-    """Split `dataset` among clients; `partition` is a partitioner name or {name, **params}."""
+    """Split `dataset` among clients; `partition` is a partitioner name or {name, **params}.
+
+    A partition that carries input transforms (covariate shift) is applied to the dataset here.
+    """
     cfg = {"name": partition} if isinstance(partition, str) else dict(partition)
     n = resolve_num_clients(len(dataset.y_train), num_clients, samples_per_client)
     labels = dataset.y_train.cpu().numpy()
     part = make_partition(labels, n, cfg, numpy_rng(seed, "partition"), dataset.num_classes)
+    dataset = apply_domain_shift(dataset, part)
     indices = [torch.from_numpy(ix) for ix in part.client_indices]
     return FederatedData(dataset, part, indices)

@@ -37,3 +37,17 @@ def missing_data_error(name: str, root: str | None, relative: list[str], how: st
 def download_root(root: str | None) -> Path:
     """Where a download goes: `data.root` if given, else $FEDSHARE_DATA, else the cache."""
     return data_roots(root)[0]
+
+
+def fetch_archive(url: str, root: str | None, extract_to: str = "") -> Path:
+    """Download `url` (a .zip or .tar.gz) into the download root and extract it under
+    `<root>/<extract_to>`; return the download root. Needs network access."""
+    from torchvision.datasets.utils import download_and_extract_archive
+
+    target = download_root(root)
+    extract_root = target / extract_to
+    extract_root.mkdir(parents=True, exist_ok=True)
+    download_and_extract_archive(
+        url, str(target), extract_root=str(extract_root), remove_finished=True
+    )
+    return target

@@ -1,0 +1,289 @@
+"""Image datasets in torchvision's on-disk formats: Fashion-MNIST, CIFAR-10, CIFAR-100.
+
+Images are stored N×C×H×W uint8 (`scale = 1/255`); normalisation and batch augmentation
+happen per batch on the device (`Dataset.prepare`).
+"""
+
+import pickle
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedshare.data.cache import Payload, cached, dataset_from_payload
+from fedshare.data.dataset import Augmentation, Dataset, augment_batch
+from fedshare.data.datasets import LoadRequest, load_idx_dataset, register_dataset
+from fedshare.data.sources import download_root, find_files, missing_data_error
+from fedshare.engine.rng import torch_generator
+from fedshare.errors import FedshareError, choices_message
+
+FMNIST_CLASSES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
+CIFAR10_CLASSES = [
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+]
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
+CIFAR100_STD = (0.2673, 0.2564, 0.2762)
+CIFAR_AUGMENTATION = Augmentation(crop_padding=4, horizontal_flip=True)
+STATIC_AUGMENT = ("none", "train", "all")
+STATIC_CHUNK = 4096  # images per augmentation call (bounds the index tensors' memory)
+
+
+@register_dataset("fmnist")
+def load_fmnist(request: LoadRequest) -> Dataset:
+    """Fashion-MNIST from `<root>/FashionMNIST/raw/` (torchvision layout), 60,000 / 10,000.
+
+    Normalised with Fashion-MNIST's own statistics (mean 0.2860, std 0.3530); ReBaFL's code
+    uses MNIST's (rebafl.md §5). No augmentation (none of the papers uses any here).
+    """
+    x_tr, y_tr, x_te, y_te = load_idx_dataset(request, "FashionMNIST", "FashionMNIST", "fmnist")
+    return Dataset(
+        "fmnist",
+        x_tr,
+        y_tr,
+        x_te,
+        y_te,
+        num_classes=10,
+        scale=1 / 255,
+        mean=(0.2860,),
+        std=(0.3530,),
+        class_names=list(FMNIST_CLASSES),
+        default_model="lenet_fmnist",
+    )
+
+
+# --------------------------------------------------------------------------- CIFAR parsing
+def _unpickle(path: Path) -> dict[str, Any]:
+    """One CIFAR python-version file (a Python 2 pickle), with str keys."""
+    with open(path, "rb") as fh:
+        raw = pickle.load(fh, encoding="bytes")
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+
+
+def _names(values: list[Any]) -> list[str]:
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+
+
+def read_cifar_batches(paths: list[Path], label_key: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenate CIFAR batches: images N×3×32×32 uint8 (rows are R, G, B planes) and labels."""
+    images, labels = [], []
+    for path in paths:
+        batch = _unpickle(path)
+        images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+        labels.append(np.asarray(batch[label_key], dtype=np.int64))
+    return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
+
+
+def read_cifar_npz(folder: Path) -> Payload:
+    """CIFAR-10 from `train.npz`/`test.npz` with `x` (N×32×32×3 uint8, HWC) and `y`.
+
+    When an `idx` array (position in the official order) is present, samples are put back in
+    the official order, so the cifar10_sample files are an exact prefix of the official sets.
+    """
+    out: Payload = {"class_names": list(CIFAR10_CLASSES)}
+    for split in ("train", "test"):
+        with np.load(folder / f"{split}.npz") as arrays:
+            x, y = arrays["x"], arrays["y"]
+            order = np.argsort(arrays["idx"], kind="stable") if "idx" in arrays else None
+        if x.ndim != 4 or x.shape[1:] != (32, 32, 3):
+            raise FedshareError(f"{folder / split}.npz: x must be N×32×32×3, got {x.shape}")
+        if order is not None:
+            x, y = x[order], y[order]
+        out[f"x_{split}"] = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+        out[f"y_{split}"] = torch.from_numpy(y.astype(np.int64))
+    return out
+
+
+def apply_static_augment(
+    data: Dataset, mode: str, seed: int, augmentation: Augmentation = CIFAR_AUGMENTATION
+) -> Dataset:
+    """FLea's one-off random crop/flip at load time (flea.md §4.1, §8 item 13).
+
+    `mode`: "none"; "train" (a fixed seeded crop/flip of the training set, clean test
+    images: the spec's recommendation); "all" (the test set too, as FLea's code does). The
+    augmented copy replaces per-batch augmentation, which is then switched off.
+    """
+    if mode not in STATIC_AUGMENT:
+        raise FedshareError(
+            choices_message("data.static_augment value", mode, list(STATIC_AUGMENT))
+        )
+    if mode == "none":
+        return data
+
+    def crop_flip(x: torch.Tensor, key: int) -> torch.Tensor:
+        gen = torch_generator(seed, "static_augment", key)
+        chunks = [augment_batch(c, augmentation, gen) for c in x.split(STATIC_CHUNK)]
+        return torch.cat(chunks) if chunks else x
+
+    x_test = crop_flip(data.x_test, 1) if mode == "all" else data.x_test
+    return replace(
+        data, x_train=crop_flip(data.x_train, 0), x_test=x_test, augmentation=Augmentation()
+    )
+
+
+# --------------------------------------------------------------------------- CIFAR loaders
+CIFAR10_DIR = "cifar-10-batches-py"
+CIFAR10_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+CIFAR10_SOURCES = ("auto", "pickle", "npz")
+
+
+def _cifar10_pickles(base: Path, request: LoadRequest) -> Payload:
+    folder = base / CIFAR10_DIR
+    paths = [folder / f for f in CIFAR10_FILES]
+
+    def build() -> Payload:
+        x_tr, y_tr = read_cifar_batches(paths[:5], "labels")
+        x_te, y_te = read_cifar_batches(paths[5:], "labels")
+        meta = folder / "batches.meta"
+        names = _names(_unpickle(meta)["label_names"]) if meta.exists() else CIFAR10_CLASSES
+        return {
+            "x_train": x_tr,
+            "y_train": y_tr,
+            "x_test": x_te,
+            "y_test": y_te,
+            "class_names": list(names),
+        }
+
+    return cached("cifar10", {"format": "pickle", "version": 1}, paths, build, request.cache)
+
+
+@register_dataset("cifar10")
+def load_cifar10(
+    request: LoadRequest,
+    *,
+    source: str = "auto",
+    npz_dir: str = "cifar10_sample",
+    static_augment: str = "none",
+    static_augment_seed: int = 1,
+) -> Dataset:
+    """CIFAR-10, 32×32×3, 10 classes (flea.md §4.1).
+
+    `source`: "pickle" reads torchvision's `<root>/cifar-10-batches-py/` (50,000 / 10,000);
+    "npz" reads `<root>/<npz_dir>/{train,test}.npz` (`x` N×32×32×3 uint8, `y`; e.g. the
+    partial 4,000 / 1,000 `cifar10_sample`); "auto" takes the pickles when present, else the
+    npz folder. Normalisation is FLea's; batch augmentation is random crop (padding 4) and
+    horizontal flip. `static_augment` ("none" | "train" | "all") replaces it with FLea's
+    one-off seeded crop/flip at load time (see `apply_static_augment`).
+    """
+    if source not in CIFAR10_SOURCES:
+        raise FedshareError(choices_message("data.source value", source, list(CIFAR10_SOURCES)))
+    pickles = [f"{CIFAR10_DIR}/{f}" for f in CIFAR10_FILES]
+    npz = [f"{npz_dir}/train.npz", f"{npz_dir}/test.npz"]
+    base = find_files(request.root, pickles) if source != "npz" else None
+    if base is not None:
+        payload = _cifar10_pickles(base, request)
+    else:
+        npz_base = find_files(request.root, npz) if source != "pickle" else None
+        if npz_base is not None:
+            folder = npz_base / npz_dir
+            payload = cached(
+                "cifar10",
+                {"format": "npz", "version": 1},
+                [folder / "train.npz", folder / "test.npz"],
+                lambda: read_cifar_npz(folder),
+                request.cache,
+            )
+        elif request.download and source != "npz":
+            import torchvision
+
+            torchvision.datasets.CIFAR10(str(download_root(request.root)), download=True)
+            payload = _cifar10_pickles(download_root(request.root), request)
+        else:
+            wanted = npz if source == "npz" else pickles
+            how = "get CIFAR-10's python version from https://www.cs.toronto.edu/~kriz/cifar.html"
+            if source == "auto":
+                how += f" (or an npz pair {npz_dir}/train.npz, test.npz with x and y)"
+            raise missing_data_error("cifar10", request.root, wanted, how)
+    data = dataset_from_payload(
+        "cifar10",
+        payload,
+        num_classes=10,
+        scale=1 / 255,
+        mean=CIFAR10_MEAN,
+        std=CIFAR10_STD,
+        augmentation=CIFAR_AUGMENTATION,
+        default_model="mobilenetv2_cifar",
+    )
+    return apply_static_augment(data, static_augment, static_augment_seed)
+
+
+CIFAR100_DIR = "cifar-100-python"
+CIFAR100_LABELS = ("fine", "coarse")
+
+
+@register_dataset("cifar100")
+def load_cifar100(
+    request: LoadRequest,
+    *,
+    labels: str = "fine",
+    static_augment: str = "none",
+    static_augment_seed: int = 1,
+) -> Dataset:
+    """CIFAR-100 from torchvision's `<root>/cifar-100-python/` (50,000 / 10,000).
+
+    `labels`: "fine" (100 classes) or "coarse" (20 superclasses). Normalisation with
+    CIFAR-100's statistics; augmentation and `static_augment` as for `cifar10`.
+    """
+    if labels not in CIFAR100_LABELS:
+        raise FedshareError(choices_message("data.labels value", labels, list(CIFAR100_LABELS)))
+    relative = [f"{CIFAR100_DIR}/train", f"{CIFAR100_DIR}/test"]
+    base = find_files(request.root, relative)
+    if base is None:
+        if not request.download:
+            raise missing_data_error(
+                "cifar100",
+                request.root,
+                relative,
+                "get CIFAR-100's python version from https://www.cs.toronto.edu/~kriz/cifar.html",
+            )
+        import torchvision
+
+        base = download_root(request.root)
+        torchvision.datasets.CIFAR100(str(base), download=True)
+    folder = base / CIFAR100_DIR
+    paths = [folder / "train", folder / "test"]
+
+    def build() -> Payload:
+        x_tr, y_tr = read_cifar_batches(paths[:1], f"{labels}_labels")
+        x_te, y_te = read_cifar_batches(paths[1:], f"{labels}_labels")
+        payload: Payload = {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te}
+        if (folder / "meta").exists():
+            payload["class_names"] = _names(_unpickle(folder / "meta")[f"{labels}_label_names"])
+        return payload
+
+    options = {"format": "pickle", "labels": labels, "version": 1}
+    payload = cached("cifar100", options, paths, build, request.cache)
+    data = dataset_from_payload(
+        "cifar100",
+        payload,
+        num_classes=100 if labels == "fine" else 20,
+        scale=1 / 255,
+        mean=CIFAR100_MEAN,
+        std=CIFAR100_STD,
+        augmentation=CIFAR_AUGMENTATION,
+        default_model="mobilenetv2_cifar",
+    )
+    return apply_static_augment(data, static_augment, static_augment_seed)
