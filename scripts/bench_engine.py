@@ -3,7 +3,8 @@
 Setting (issue 2): MNIST, 100 clients × 100 samples (IID), 10 clients per round, 5 local
 epochs, batch 32, the small CNN, plain SGD. Both loops draw the same batches from the same
 random streams, so they also end at the same weights (the script checks). Rounds alternate
-between the two loops to even out machine noise; the median per-round time is reported.
+between the two loops to even out machine noise; the median per-round wall time and process
+CPU time are reported (CPU time is the steadier figure on a busy machine; use --threads 1).
 
     FEDSHARE_DATA=../shared/datasets python scripts/bench_engine.py --rounds 5 --repeats 3
 """
@@ -69,10 +70,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     data = load_dataset({"name": "mnist", "train_subset": 10_000, "test_subset": 1000})
     fed = federate(data, "iid", num_clients=100, seed=0)
-    engine_s, bare_s = [], []
+    engine_s, bare_s, engine_cpu, bare_cpu = [], [], [], []
     for _ in range(args.repeats):
         model = init_model("cnn_small", fed, seed=0)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run = simulate(
             FedAvg(),
             fed,
@@ -85,20 +86,26 @@ def main() -> None:
             device="cpu",
         )
         engine_s.append((time.perf_counter() - t0) / args.rounds)
+        engine_cpu.append((time.process_time() - c0) / args.rounds)
         engine_w = torch.cat([p.detach().reshape(-1) for p in run.strategy.model.parameters()])
 
         model = init_model("cnn_small", fed, seed=0)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         bare_w = bare_fedavg(fed, model, args.rounds, seed=0, per_round=10)
         model.eval()
         with torch.no_grad():  # the engine evaluates once at the last round; so does this
             model(data.prepare(data.x_test)).argmax(1)
         bare_s.append((time.perf_counter() - t0) / args.rounds)
+        bare_cpu.append((time.process_time() - c0) / args.rounds)
     engine, bare = statistics.median(engine_s), statistics.median(bare_s)
     steps = 10 * TRAIN["local_epochs"] * 4
     print(f"torch threads {torch.get_num_threads()}, {args.rounds} rounds × {args.repeats} repeats")
     print(f"engine: {engine:.3f} s/round   bare: {bare:.3f} s/round   ({steps} steps/round)")
-    print(f"ratio engine/bare: {engine / bare:.3f}")
+    print(f"ratio engine/bare (wall): {engine / bare:.3f}")
+    e_cpu, b_cpu = statistics.median(engine_cpu), statistics.median(bare_cpu)
+    print(
+        f"CPU time: engine {e_cpu:.3f} s/round, bare {b_cpu:.3f} s/round, ratio {e_cpu / b_cpu:.3f}"
+    )
     print(f"max |weight difference| engine vs bare: {(engine_w - bare_w).abs().max():.2e}")
 
 
