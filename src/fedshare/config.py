@@ -37,6 +37,8 @@ class TrainConfig:
     momentum: float = 0.0
     weight_decay: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    optimizer_reset_each_step: bool = False
+    """Forget the optimizer state after every step (FLea's code builds a new Adam per step)."""
     lr_schedule: str = "constant"
     """constant | exp (lr·decay^r) | step (lr·decay^(r // step)) | linear (lr·(1 − decay·r))."""
     lr_decay: float = 1.0

@@ -96,7 +96,7 @@ def load_one(path: Path) -> tuple[dict[str, torch.Tensor], int, list[str] | None
         raise FedshareError(f"features file {path}: train and test features differ in size")
     names = raw.get("class_names")
     names = [str(n) for n in names] if names is not None else None
-    top = max(int(out["y_train"].max(initial=-1)), int(out["y_test"].max(initial=-1))) + 1
+    top = max(int(y.max()) if len(y) else -1 for y in (out["y_train"], out["y_test"])) + 1
     declared = raw.get("num_classes")
     classes = int(np.asarray(declared)) if declared is not None else len(names or []) or top
     if classes < top:

@@ -43,9 +43,19 @@ def check_train_config(cfg: TrainConfig) -> None:
 def make_optimizer(
     params: Iterable[torch.nn.Parameter], cfg: TrainConfig, lr: float
 ) -> torch.optim.Optimizer:
+    """The configured optimizer; with `cfg.optimizer_reset_each_step` its state (momentum,
+    Adam moments and step count) is cleared after every step, which equals building a new
+    optimizer per step (flea.md §2.6: every step is a first, bias-corrected Adam step)."""
+    optimizer: torch.optim.Optimizer
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adam":
+        optimizer = torch.optim.SGD(
+            params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
+    elif cfg.optimizer == "adam":
         b1, b2 = cfg.betas
-        return torch.optim.Adam(params, lr=lr, betas=(b1, b2), weight_decay=cfg.weight_decay)
-    raise FedshareError(choices_message("train.optimizer", cfg.optimizer, list(OPTIMIZERS)))
+        optimizer = torch.optim.Adam(params, lr=lr, betas=(b1, b2), weight_decay=cfg.weight_decay)
+    else:
+        raise FedshareError(choices_message("train.optimizer", cfg.optimizer, list(OPTIMIZERS)))
+    if cfg.optimizer_reset_each_step:
+        optimizer.register_step_post_hook(lambda opt, args, kwargs: opt.state.clear())
+    return optimizer

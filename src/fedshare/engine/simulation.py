@@ -160,10 +160,14 @@ class Simulation:
     def run_round(self, round_idx: int) -> dict[str, Any]:
         cohort = self.sampler.cohort(round_idx)
         stats = _RoundStats()
+        shared_before = self.traffic.bytes_shared
         for phase in self.strategy.phases():
+            members = (
+                cohort if phase.participants is None else phase.participants(round_idx, cohort)
+            )
             message = phase.broadcast(round_idx)
-            self.traffic.sent_down(message.weights, message.payload, len(cohort))
-            updates = self._client_updates(phase, message, cohort, round_idx, stats)
+            self.traffic.sent_down(message.weights, message.payload, len(members))
+            updates = self._client_updates(phase, message, members, round_idx, stats)
             phase.aggregate(updates, round_idx)
             if next(updates, None) is not None:
                 raise RuntimeError(
@@ -173,6 +177,7 @@ class Simulation:
         return {
             "clients": len(cohort),
             "lr": learning_rate(self.config.train, round_idx),
+            "bytes_shared_round": self.traffic.bytes_shared - shared_before,
             **stats.means(),
             **self.strategy.round_metrics,
         }
@@ -231,6 +236,8 @@ class Simulation:
             **self.traffic.as_dict(),
             partition_fingerprint=self.data.partition.fingerprint,
             device=str(self.device),
+            bytes_shared_per_round=self.traffic.bytes_shared / max(self.rounds_completed, 1),
+            **self.strategy.summary_metrics(),
         )
 
     def run(self, resume: bool = False) -> RunResult:

@@ -10,18 +10,52 @@ from fedshare.strategies.base import (
     make_strategy,
     register_strategy,
 )
+from fedshare.strategies.bsm_fedavg import BSMFedAvg
+from fedshare.strategies.centralized import Centralized
+from fedshare.strategies.ensemble import Ensemble
 from fedshare.strategies.fedavg import FedAvg
+from fedshare.strategies.fedbabu import FedBABU
+from fedshare.strategies.feddata import FedData
+from fedshare.strategies.fedlc import FedLC
+from fedshare.strategies.fedmix import FedMix
+from fedshare.strategies.fedpft import DPFedPFT, FedPFT
+from fedshare.strategies.fedpft_chain import FedPFTChain
 from fedshare.strategies.fedprox import FedProx
+from fedshare.strategies.fedrs import FedRS
+from fedshare.strategies.flea import FLea
+from fedshare.strategies.kd import KnowledgeDistillation
+from fedshare.strategies.oneshot import Standalone
+from fedshare.strategies.oneshot_avg import OneShotAverage
+from fedshare.strategies.rebafl import ReBaFL
+from fedshare.strategies.xormixfl import MixFL, XorMixFL
 
 __all__ = [
     "STRATEGIES",
+    "BSMFedAvg",
+    "Centralized",
+    "DPFedPFT",
+    "Ensemble",
+    "FLea",
     "FedAvg",
+    "FedBABU",
+    "FedData",
+    "FedLC",
+    "FedMix",
+    "FedPFT",
+    "FedPFTChain",
     "FedProx",
+    "FedRS",
+    "KnowledgeDistillation",
     "Message",
+    "MixFL",
+    "OneShotAverage",
     "Phase",
+    "ReBaFL",
     "SetupContext",
+    "Standalone",
     "Strategy",
     "Update",
+    "XorMixFL",
     "make_strategy",
     "register_strategy",
 ]

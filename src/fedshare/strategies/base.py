@@ -58,6 +58,9 @@ class Phase:
     broadcast: Callable[[int], Message]
     client_step: Callable[[Client, Message], Update]
     aggregate: Callable[[Iterable[Update], int], None]
+    participants: Callable[[int, list[int]], list[int]] | None = None
+    """(round, cohort) -> the clients of this phase; None = the round's cohort. One-shot
+    sharing (FedMix, FedData) gathers from every client in round 0 and nobody later."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,10 @@ class Strategy:
 
     def global_model(self) -> nn.Module:
         return self.model
+
+    def summary_metrics(self) -> dict[str, Any]:
+        """Extra run-level keys for `summary.json` (e.g. a privacy metric); none by default."""
+        return {}
 
     # ------------------------------------------------------------------ helpers
     def load_weights(self, model: nn.Module, flat: torch.Tensor) -> nn.Module:

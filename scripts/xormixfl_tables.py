@@ -1,0 +1,213 @@
+"""Reproduce XorMixFL's Table 2 (accuracy) and Table 3 (MDS) with the experiment presets.
+
+    python scripts/xormixfl_tables.py run --table 2 --seeds 0 1 2 --out results/xormixfl
+    python scripts/xormixfl_tables.py run --table 2 ...   # more workers share the queue
+    python scripts/xormixfl_tables.py report --out results/xormixfl   # markdown beside the paper
+
+Each run is `python -m fedshare.run experiment=xormixfl/table<k> <overrides>` (composed here
+in-process); one JSON line per finished run is appended to `<out>/table<k>.jsonl`, and runs
+already there are skipped, so a killed sweep resumes (delete `<out>/claims` first).
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+METHODS = ("xormixfl", "mixfl", "standalone", "fedavg")
+NAMES = {
+    "xormixfl": "XorMixFL",
+    "mixfl": "MixFL",
+    "fedavg": "Vanilla FL",
+    "standalone": "Standalone",
+}
+TARGETS = [[9], [0, 2, 4, 8], [0, 2], [2, 4]] + [[k] for k in range(9)] + [[0, 8], [4, 8]]
+
+
+def label(targets: list[int]) -> str:
+    return "[" + ",".join(map(str, targets)) + "]"
+
+
+def jobs(table: int, seeds: list[int]) -> list[dict[str, Any]]:
+    out = []
+    if table == 2:
+        for targets in TARGETS:
+            for seed in seeds:
+                for method in METHODS:
+                    overrides = [f"strategy={method}", f"partition.target_labels={label(targets)}"]
+                    out.append(
+                        {
+                            "key": f"{method} {label(targets)} {seed}",
+                            "seed": seed,
+                            "overrides": overrides,
+                        }
+                    )
+    else:
+        for seed in seeds:
+            for method in ("xormixfl", "mixfl"):
+                for m in (1, 2, 3):
+                    for p in (1, 2, 3, 4, 5):
+                        overrides = [
+                            f"strategy={method}",
+                            f"strategy.M={m}",
+                            f"strategy.p={p}",
+                            "strategy.server_epochs=0",
+                            "data.test_subset=100",
+                        ]
+                        out.append(
+                            {
+                                "key": f"{method} M={m} p={p} {seed}",
+                                "seed": seed,
+                                "overrides": overrides,
+                            }
+                        )
+    return out
+
+
+def run_one(table: int, job: dict[str, Any], out: Path) -> dict[str, Any]:
+    from hydra import compose, initialize_config_dir
+
+    from fedshare.run import config_dir, execute
+
+    name = "".join(c if c.isalnum() else "_" for c in job["key"])
+    run_dir = out / "runs" / f"table{table}" / name
+    overrides = [
+        f"experiment=xormixfl/table{table}",
+        *job["overrides"],
+        f"seed={job['seed']}",
+        "progress=false",
+        f"run_dir={run_dir}",
+    ]
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    start = time.perf_counter()
+    summary = execute(cfg, run_dir, {"partition": "xormix"})
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    per_class = metrics[-1].get("per_class_accuracy")
+    targets = [int(t) for t in cfg.partition.target_labels]
+    return {
+        "key": job["key"],
+        "overrides": overrides[:-1],
+        **{
+            k: v
+            for k, v in summary.items()
+            if not isinstance(v, dict | list) or k == "target_labels"
+        },
+        "per_class_accuracy": per_class,
+        "target_accuracy": None
+        if per_class is None
+        else statistics.mean(per_class[t] for t in targets),
+        "process_wall_s": round(time.perf_counter() - start, 1),
+    }
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"table{args.table}.jsonl"
+    done = set()
+    if path.exists():
+        done = {json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()}
+    claims = out / "claims" / f"table{args.table}"
+    claims.mkdir(parents=True, exist_ok=True)
+    for job in jobs(args.table, args.seeds):
+        if job["key"] in done:
+            continue
+        try:  # several workers share the queue: the first to claim a job runs it
+            (claims / job["key"].replace(" ", "_")).open("x").close()
+        except FileExistsError:
+            continue
+        record = run_one(args.table, job, out)
+        with path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        print(
+            f"{job['key']}: {record['final_accuracy']:.2f}% ({record['wall_time_s']:.0f}s)",
+            flush=True,
+        )
+
+
+def load(path: Path) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    if not path.exists():
+        return groups
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            cell = record["key"].rsplit(" ", 1)[0]
+            groups.setdefault(cell, []).append(record)
+    return groups
+
+
+def fmt(values: list[float]) -> str:
+    if not values:
+        return "–"
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} ± {std:.2f} ({len(values)})"
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from fedshare.paper.compare import lookup
+
+    out = Path(args.out)
+    t2 = load(out / "table2.jsonl")
+    cols = [[k] for k in range(10)] + [[0, 2], [0, 8], [2, 4], [4, 8], [0, 2, 4, 8]]
+    print(
+        "| Method | Target labels | Test acc. (measured) | Paper | Target-label acc. "
+        "| Wall time / run (s) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for method in METHODS:
+        for targets in cols:
+            runs = t2.get(f"{method} {label(targets)}", [])
+            preset = f"xormixfl/table2 partition.target_labels={label(targets)}"
+            paper = lookup("xormixfl_table2", preset, method).mean
+            acc = fmt([r["final_accuracy"] for r in runs])
+            tgt = fmt([r["target_accuracy"] for r in runs])
+            wall = fmt([r["wall_time_s"] for r in runs]).split(" (")[0]
+            print(f"| {NAMES[method]} | {label(targets)} | {acc} | {paper:.2f} | {tgt} | {wall} |")
+    t3 = load(out / "table3.jsonl")
+    if t3:
+        print(
+            print(
+                "\n| Scheme | M | p | MDS mean (measured) | MDS std (measured) | Paper mean / std "
+                "| Upload MDS | Upload target pixels exposed |"
+            )
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for method in ("xormixfl", "mixfl"):
+            for m in (1, 2, 3):
+                for p in (1, 2, 3, 4, 5):
+                    runs = t3.get(f"{method} M={m} p={p}", [])
+                    entry = lookup(
+                        "xormixfl_table3", f"xormixfl/table3 strategy.M={m} strategy.p={p}", method
+                    )
+                    print(
+                        f"| {NAMES[method]} | {m} | {p} | {fmt([r['mds_mean'] for r in runs])} | "
+                        f"{fmt([r['mds_std'] for r in runs])} | "
+                        f"{entry.mean:.2f} / {entry.std:.2f} | "
+                        f"{fmt([r['mds_upload_mean'] for r in runs])} | "
+                        f"{fmt([100 * r['upload_target_exposed'] for r in runs])} |"
+                    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--table", type=int, choices=(2, 3), default=2)
+    run.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    run.add_argument("--out", default="results/xormixfl")
+    report = sub.add_parser("report")
+    report.add_argument("--out", default="results/xormixfl")
+    args = parser.parse_args(argv)
+    {"run": cmd_run, "report": cmd_report}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The papers' tables as data and the comparison of a measured run against them.
+
+A table lives in `fedshare/paper/tables/<paper>.json`: a header (paper, table, metric, ...)
+and `entries`, each `{"preset": "<experiment preset>", "method": "<strategy>", "mean", "std"}`
+(accuracies in percent, like `summary.json`). `compare` applies the project's tolerance for
+paper-scale regression tests: max(k·std, floor) points.
+"""
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from fedshare.errors import FedshareError
+
+
+@dataclass(frozen=True)
+class PaperEntry:
+    paper: str
+    preset: str
+    method: str
+    mean: float
+    std: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    entry: PaperEntry
+    measured: float
+    tolerance: float
+
+    @property
+    def delta(self) -> float:
+        return self.measured - self.entry.mean
+
+    @property
+    def ok(self) -> bool:
+        return abs(self.delta) <= self.tolerance
+
+    def __str__(self) -> str:
+        e = self.entry
+        return (
+            f"{e.method} on {e.preset}: measured {self.measured:.2f} vs paper "
+            f"{e.mean:.2f}±{e.std:.2f} (Δ {self.delta:+.2f}, tolerance {self.tolerance:.2f})"
+        )
+
+
+def available_tables() -> list[str]:
+    folder = resources.files("fedshare.paper") / "tables"
+    return sorted(
+        p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")
+    )
+
+
+@cache
+def load_table(paper: str) -> dict[str, Any]:
+    """The raw table dict of `paper` (the file name without .json)."""
+    path = resources.files("fedshare.paper") / "tables" / f"{paper}.json"
+    if not path.is_file():
+        raise FedshareError(
+            f"no paper table {paper!r}; available: {', '.join(available_tables()) or 'none'}"
+        )
+    return json.loads(path.read_text())
+
+
+def entries(paper: str) -> list[PaperEntry]:
+    return [PaperEntry(paper, **e) for e in load_table(paper)["entries"]]
+
+
+def lookup(paper: str, preset: str, method: str) -> PaperEntry:
+    """The table entry for `method` under experiment `preset`."""
+    for entry in entries(paper):
+        if entry.preset == preset and entry.method == method:
+            return entry
+    known = sorted({e.preset for e in entries(paper)})
+    raise FedshareError(
+        f"paper {paper!r} has no entry for method {method!r} under preset {preset!r}; "
+        f"presets: {', '.join(known)}"
+    )
+
+
+def compare(
+    paper: str, preset: str, method: str, measured: float, k: float = 3.0, floor: float = 3.0
+) -> Comparison:
+    """Measured vs. the table, with tolerance max(k·std, floor) points."""
+    entry = lookup(paper, preset, method)
+    return Comparison(entry, measured, max(k * entry.std, floor))

@@ -1,0 +1,128 @@
+"""Differential privacy: the Gaussian mechanism, its noise calibrations, and DP-FedPFT's private
+release of a Gaussian's mean and covariance.
+
+Spec: /work/shared/specs/fedpft.md §2.5 (Theorem 4.1, Appendix B), §7 A17, §8 C7–C9.
+
+DP-FedPFT (K = 1) releases μ̃ = μ̂ + Δμ and Σ̃ = Proj_PSD(Σ̂ + ΔΣ) of features in the unit ball,
+with μ̂ the mean and Σ̂ the biased (1/n) covariance, every entry of Δμ and of the upper triangle
+of ΔΣ i.i.d. N(0, σ²) (the lower triangle mirrors it, so Σ̃ stays symmetric: §7 A17 iii). The
+joint ℓ₂-sensitivity of (μ̂, Σ̂) under add/remove-one is 2√10/n (‖Δμ̂‖ ≤ 2/n, ‖ΔΣ̂‖_F ≤ 6/n).
+Calibrations:
+- "paper": σ = (4 / (nε))·√(5 ln(c/δ)), c = 4 (Theorem 4.1, the default) or 2 (the proof).
+  The classical Gaussian mechanism behind it is proven only for ε < 1 (§9).
+- "analytic": the smallest σ of the analytic Gaussian mechanism (Balle & Wang, 2018) for that
+  sensitivity, valid for every ε > 0.
+Deviation to note: the count n is released without noise (as in the paper, §7 A17 vi).
+"""
+
+import math
+
+import torch
+
+from fedshare.errors import FedshareError, choices_message
+
+LOG_TERMS = ("4/delta", "2/delta")
+CALIBRATIONS = ("paper", "analytic")
+
+
+def mean_cov_sensitivity(n: int) -> float:
+    """Joint ℓ₂-sensitivity of (mean, biased covariance) of n points in the unit ball: 2√10/n."""
+    return 2 * math.sqrt(10) / n
+
+
+def fedpft_noise_std(n: int, epsilon: float, delta: float, log_term: str = "4/delta") -> float:
+    """Theorem 4.1's σ = (4/(nε))·√(5 ln(c/δ)), with c = 4 ("4/delta") or 2 ("2/delta")."""
+    _check_budget(epsilon, delta)
+    if log_term not in LOG_TERMS:
+        raise FedshareError(choices_message("dp_log_term", log_term, list(LOG_TERMS)))
+    c = 4.0 if log_term == "4/delta" else 2.0
+    return 4.0 / (n * epsilon) * math.sqrt(5.0 * math.log(c / delta))
+
+
+def _phi(t: float) -> float:
+    return 0.5 * math.erfc(-t / math.sqrt(2))
+
+
+def analytic_gaussian_std(sensitivity: float, epsilon: float, delta: float) -> float:
+    """The smallest σ for which N(0, σ²) noise on a query of ℓ₂-sensitivity Δ is (ε, δ)-DP:
+    Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ) ≤ δ (Balle & Wang 2018, Theorem 8), by bisection."""
+    _check_budget(epsilon, delta)
+
+    def excess(sigma: float) -> float:
+        a, b = sensitivity / (2 * sigma), epsilon * sigma / sensitivity
+        return _phi(a - b) - math.exp(epsilon) * _phi(-a - b) - delta
+
+    lo, hi = 1e-12 * sensitivity, sensitivity
+    while excess(hi) > 0:
+        hi *= 2
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
+    return hi
+
+
+def noise_std(
+    n: int,
+    epsilon: float,
+    delta: float,
+    log_term: str = "4/delta",
+    calibration: str = "paper",
+) -> float:
+    """σ for DP-FedPFT's release from n points (see the module docstring)."""
+    if calibration == "paper":
+        return fedpft_noise_std(n, epsilon, delta, log_term)
+    if calibration == "analytic":
+        return analytic_gaussian_std(mean_cov_sensitivity(n), epsilon, delta)
+    raise FedshareError(choices_message("dp_calibration", calibration, list(CALIBRATIONS)))
+
+
+def project_psd(matrix: torch.Tensor) -> torch.Tensor:
+    """The nearest (Frobenius) positive semi-definite matrix: symmetrise, clip eigenvalues at 0."""
+    sym = 0.5 * (matrix + matrix.transpose(-1, -2))
+    vals, vecs = torch.linalg.eigh(sym)
+    return (vecs * vals.clamp_min(0).unsqueeze(-2)) @ vecs.transpose(-1, -2)
+
+
+def symmetric_noise(
+    dim: int, std: float, generator: torch.Generator | None, dtype: torch.dtype, device: object
+) -> torch.Tensor:
+    """A d×d symmetric matrix whose upper-triangle entries are i.i.d. N(0, std²)."""
+    upper = torch.randn(dim, dim, generator=generator, dtype=dtype, device=device).triu()
+    return (upper + upper.T - torch.diag_embed(upper.diagonal())) * std
+
+
+def private_mean_cov(
+    x: torch.Tensor,
+    epsilon: float,
+    delta: float | None = None,
+    generator: torch.Generator | None = None,
+    log_term: str = "4/delta",
+    calibration: str = "paper",
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(μ̃, Σ̃, σ) of the rows of `x` (features with ‖x‖₂ ≤ 1) by DP-FedPFT's mechanism (Eqs. 6–8).
+
+    `delta` defaults to 1/n (the paper's setting). Raises if a row lies outside the unit ball.
+    """
+    x = x.to(torch.float64)
+    n, d = x.shape
+    if n < 1:
+        raise FedshareError("the Gaussian mechanism needs at least one sample")
+    if float(x.norm(dim=1).max()) > 1 + 1e-6:
+        raise FedshareError(
+            "DP-FedPFT needs features in the unit ball (‖f(x)‖₂ ≤ 1); L2-normalise them first"
+        )
+    delta = 1.0 / n if delta is None else delta
+    std = noise_std(n, epsilon, delta, log_term, calibration)
+    mean = x.mean(0)
+    diff = x - mean
+    cov = diff.T @ diff / n
+    noisy_mean = mean + std * torch.randn(d, generator=generator, dtype=x.dtype, device=x.device)
+    noisy_cov = cov + symmetric_noise(d, std, generator, x.dtype, x.device)
+    return noisy_mean, project_psd(noisy_cov), std
+
+
+def _check_budget(epsilon: float, delta: float) -> None:
+    if not epsilon > 0:
+        raise FedshareError(f"the privacy budget epsilon={epsilon} must be positive")
+    if not 0 < delta < 1:
+        raise FedshareError(f"the privacy parameter delta={delta} must be in (0, 1)")

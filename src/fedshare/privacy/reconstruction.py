@@ -1,0 +1,119 @@
+"""Reconstruction attack on shared activations (flea.md §7, Fig. 9(c); after Dosovitskiy & Brox).
+
+The attacker knows the frozen global model and trains a decoder that maps the activations at
+the shared block l back to the inputs. FLea's decoder (Table 5) is a stack of convolutions with
+no activations between them, i.e. a linear map; here the decoder is a linear map too: a
+`"dense"` one on the flattened activations (at least as strong as Table 5's local linear map),
+or Table 5 itself (`"table5"`, for 16×32×32 CIFAR activations). The target is the
+*unnormalised* input (e.g. images in [0, 1]) and the score is the mean squared error.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.data.dataset import Dataset
+from fedshare.engine.rng import seed_global_torch, torch_generator
+from fedshare.errors import FedshareError
+
+
+def table5_decoder(in_channels: int = 16, out_channels: int = 3) -> nn.Module:
+    """FLea's Table 5 decoder: 1×1 conv, 3×3 transposed conv (×2), 3×3 conv (/2), 1×1 conv."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 32, 1),
+        nn.ConvTranspose2d(32, 32, 3, stride=2, padding=1, output_padding=1),
+        nn.Conv2d(32, 32, 3, stride=2, padding=1),
+        nn.Conv2d(32, out_channels, 1),
+    )
+
+
+class DenseDecoder(nn.Module):
+    """One linear map from flattened activations to flattened inputs."""
+
+    def __init__(self, feature_shape: tuple[int, ...], input_shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.input_shape = input_shape
+        self.linear = nn.Linear(
+            int(torch.tensor(feature_shape).prod()), int(torch.tensor(input_shape).prod())
+        )
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        return self.linear(f.flatten(1)).view(-1, *self.input_shape)
+
+
+def unnormalised(dataset: Dataset, x: torch.Tensor) -> torch.Tensor:
+    """Stored inputs on the model's scale before normalisation (images in [0, 1])."""
+    x = x.float()
+    return x * dataset.scale if dataset.scale != 1.0 else x
+
+
+@torch.no_grad()
+def activations(model: nn.Module, x: torch.Tensor, split: int, batch: int = 512) -> torch.Tensor:
+    """θ[:split](x) with the model in eval mode (the frozen global model)."""
+    was = model.training
+    model.eval()
+    out = torch.cat([model.encode(chunk, split) for chunk in x.split(batch)])
+    model.train(was)
+    return out
+
+
+@dataclass
+class AttackResult:
+    train_mse: float
+    test_mse: float
+    curve: list[float]
+
+
+def reconstruction_attack(
+    model: nn.Module,
+    dataset: Dataset,
+    split: int | None = None,
+    train_size: int = 2000,
+    test_size: int = 500,
+    epochs: int = 20,
+    batch_size: int = 128,
+    lr: float = 1e-3,
+    decoder: str = "dense",
+    seed: int = 0,
+) -> AttackResult:
+    """Train a linear decoder on (θ[:l](x), x) for `train_size` training samples; report the
+    final-epoch training MSE, the MSE on `test_size` test samples and the per-epoch curve."""
+    split = getattr(model, "share_layer", None) if split is None else split
+    if split is None:
+        raise FedshareError("the reconstruction attack needs a block model with a split point")
+    gen = torch_generator(seed, "attack/reconstruction")
+    device = dataset.device
+    train_size = min(train_size, len(dataset.y_train))
+    test_size = min(test_size, len(dataset.y_test))
+    train_idx = torch.randperm(len(dataset.y_train), generator=gen)[:train_size].to(device)
+    test_idx = torch.randperm(len(dataset.y_test), generator=gen)[:test_size].to(device)
+    x_train = dataset.prepare(dataset.x_train[train_idx])
+    x_test = dataset.prepare(dataset.x_test[test_idx])
+    f_train, f_test = activations(model, x_train, split), activations(model, x_test, split)
+    t_train = unnormalised(dataset, dataset.x_train[train_idx])
+    t_test = unnormalised(dataset, dataset.x_test[test_idx])
+    seed_global_torch(seed, "attack/decoder")
+    if decoder == "dense":
+        net: nn.Module = DenseDecoder(tuple(f_train.shape[1:]), tuple(t_train.shape[1:]))
+    elif decoder == "table5":
+        net = table5_decoder(f_train.shape[1], t_train.shape[1])
+    else:
+        raise FedshareError(f"unknown decoder {decoder!r}; valid choices: dense, table5")
+    net = net.to(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    curve = []
+    for _ in range(epochs):
+        order = torch.randperm(train_size, generator=gen).to(device)
+        total = 0.0
+        for part in order.split(batch_size):
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.mse_loss(net(f_train[part]), t_train[part])
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach()) * len(part)
+        curve.append(total / train_size)
+    with torch.no_grad():
+        test_mse = float(F.mse_loss(net(f_test), t_test))
+    return AttackResult(curve[-1] if curve else float("nan"), test_mse, curve)

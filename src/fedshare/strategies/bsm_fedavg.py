@@ -1,0 +1,24 @@
+"""BSM-FedAvg: FedAvg whose local loss is balanced softmax (the BSM loss of FedRoD, Chen &
+Chao, ICLR 2022) with the client's exact label prior, as ReBaFL's baseline
+(specs/rebafl.md §2.1 Eq. 8, §5).
+
+Deviation: absent classes get an exact −∞ logit offset (they leave the softmax) where the
+official code adds 1e-9 to the prior (offset ≈ −20.7); with ε = 0 this is ReBaFL's R-BSM.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from fedshare.functional.calibration import log_relaxed_prior
+from fedshare.strategies.base import register_strategy
+from fedshare.strategies.calibrated import CalibratedFedAvg
+
+
+@register_strategy("bsm_fedavg")
+@dataclass
+class BSMFedAvg(CalibratedFedAvg):
+    """Local loss CE(z + log(n_c/n), y) (Eq. 8); server: sample-weighted FedAvg."""
+
+    def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        return logits + log_relaxed_prior(counts, 0.0)

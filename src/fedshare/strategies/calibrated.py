@@ -1,0 +1,46 @@
+"""FedAvg with a label-prior-calibrated local loss: the shared shape of BSM-FedAvg, FedLC and
+FedRS (specs/rebafl.md §5). Each subclass only says how the logits are calibrated from the
+client's class counts; the server is plain sample-weighted FedAvg and inference is the plain
+softmax of the global model.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.engine.client import Client
+from fedshare.functional.calibration import class_counts
+from fedshare.strategies.base import Message, Update
+from fedshare.strategies.fedavg import FedAvg
+from fedshare.strategies.local import train_local
+
+
+def client_class_counts(client: Client) -> torch.Tensor:
+    """The client's samples per class over its whole local training set (float, length C)."""
+    labels = client.dataset.y_train[client.indices]
+    return class_counts(labels, client.dataset.num_classes)
+
+
+@dataclass
+class CalibratedFedAvg(FedAvg):
+    """Local loss: cross-entropy of `calibrate(logits, counts)`; not registered itself."""
+
+    def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        model = self.load_weights(client.model, message.weights)
+        counts = client_class_counts(client)
+
+        def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(self.calibrate(net(x), counts), y)
+
+        loss = train_local(client, model, loss_fn)
+        return Update(
+            client.id,
+            client.num_samples,
+            weights=self.flat.flatten(model),
+            metrics={"train_loss": loss},
+        )

@@ -1,0 +1,109 @@
+"""Centralized training: the model trained on the union of all clients' data (the upper reference).
+
+Spec: /work/shared/specs/fedpft.md §4.3 ("Centralized (oracle)": the head trained on the pooled
+raw features; its cost is the raw features at 16-bit, §7 A23). Usable with any dataset and model.
+
+The first time a client takes part it uploads its stored training samples with their labels
+(payload, so `bytes_shared` is the cost of sending the data: floating-point inputs such as
+features in `wire_dtype`, float16 by default as in the paper; integer inputs such as uint8 images
+as they are; labels in the smallest integer type that holds them). Every round the server trains the
+global model for `train.local_epochs` shuffled passes over the pool with the configured
+optimizer, batch size, augmentation and this round's learning rate
+(`fedshare.strategies.central.train_central`); `rounds` > 1 gives a learning curve. The pool is
+part of the checkpoint, so a resumed run equals an uninterrupted one.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fedshare.engine.client import Client
+from fedshare.engine.optim import learning_rate
+from fedshare.engine.rng import seed_global_torch, torch_generator
+from fedshare.errors import FedshareError, choices_message
+from fedshare.functional.gmm import WIRE_DTYPES
+from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
+from fedshare.strategies.central import train_central
+
+
+def label_dtype(num_classes: int) -> torch.dtype:
+    if num_classes <= 256:
+        return torch.uint8
+    return torch.int16 if num_classes <= 32768 else torch.int32
+
+
+@register_strategy("centralized")
+@dataclass
+class Centralized(Strategy):
+    """Pool every client's data at the server once, then train there."""
+
+    wire_dtype: str = "float16"
+    """Precision of floating-point inputs on the wire (float16 | float32 | float64)."""
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        if self.wire_dtype not in WIRE_DTYPES:
+            raise FedshareError(
+                choices_message("strategy.wire_dtype", self.wire_dtype, list(WIRE_DTYPES))
+            )
+        self.pool_x: torch.Tensor | None = None
+        self.pool_y: torch.Tensor | None = None
+        self.sent: set[int] = set()  # clients whose data the server holds (they know it)
+
+    def broadcast(self, round_idx: int) -> Message:
+        return Message()
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        if client.id in self.sent or client.num_samples == 0:
+            return Update(client.id, client.num_samples)  # the server already has the data
+        x = client.dataset.x_train[client.indices]
+        if x.is_floating_point():
+            x = x.to(WIRE_DTYPES[self.wire_dtype])
+        y = client.dataset.y_train[client.indices].to(label_dtype(client.dataset.num_classes))
+        return Update(client.id, client.num_samples, payload={"samples": x, "labels": y})
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        xs, ys = [], []
+        for update in updates:
+            if "samples" in update.payload:
+                self.sent.add(update.client_id)
+                xs.append(update.payload["samples"])
+                ys.append(update.payload["labels"])
+        if xs:
+            stored = self.data.dataset.x_train.dtype
+            x, y = torch.cat(xs).to(stored), torch.cat(ys).long()
+            self.pool_x = x if self.pool_x is None else torch.cat([self.pool_x, x])
+            self.pool_y = y if self.pool_y is None else torch.cat([self.pool_y, y])
+        if self.pool_x is None or self.pool_y is None:
+            raise FedshareError("no client sent any data to the centralized server")
+        train = self.config.train
+        seed_global_torch(self.config.seed, "centralized/train", round_idx)
+        gen = torch_generator(
+            self.config.seed, "centralized/batches", round_idx, device=self.device
+        )
+        loss = train_central(
+            self.model,
+            self.pool_x,
+            self.pool_y,
+            self.data.dataset,
+            train,
+            learning_rate(train, round_idx),
+            train.local_epochs,
+            gen,
+        )
+        self.round_metrics.update(server_loss=loss, pooled_samples=len(self.pool_y))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "pool_x": self.pool_x,
+            "pool_y": self.pool_y,
+            "sent": sorted(self.sent),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # type: ignore[override]
+        self.model.load_state_dict(state["model"])
+        self.pool_x, self.pool_y = state.get("pool_x"), state.get("pool_y")
+        self.sent = set(state.get("sent", []))

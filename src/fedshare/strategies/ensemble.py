@@ -1,0 +1,129 @@
+"""One-shot ensemble of local heads (FedPFT's "Ensemble" baseline).
+
+Spec: /work/shared/specs/fedpft.md §4.3 (Ensemble), §7 A8, A13; §3 (each client sends its head).
+
+One round: each client trains a linear head on its own features (`feature_heads.local_head`,
+common initialisation, the run's `train` settings) and uploads it once (C·d + C numbers in
+`head_dtype`, counted as `bytes_up`). The server keeps every head; the global model predicts
+with the softmax of every head combined by `rule`: "max" (the paper: the class with the highest
+probability across all models) or "mean" (the mean of the probabilities; §7 A13 notes that max
+is unstable under Dir(0.1)). The evaluated output is the log of the combined probabilities
+renormalised to sum to 1 (so the logged loss is a cross-entropy).
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.engine.client import Client
+from fedshare.errors import FedshareError, choices_message
+from fedshare.functional.gmm import WIRE_DTYPES
+from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
+from fedshare.strategies.feature_heads import (
+    head_vector,
+    linear_head,
+    local_head,
+    require_one_round,
+    split_head_vector,
+)
+
+RULES = ("max", "mean")
+
+
+class EnsembleClassifier(nn.Module):
+    """log of the `rule`-combined softmax of M linear heads on the shared features."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        weights: torch.Tensor,
+        biases: torch.Tensor,
+        rule: str,
+        l2_normalize: bool = False,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("weights", weights)  # (M, C, d)
+        self.register_buffer("biases", biases)  # (M, C)
+        self.rule = rule
+        self.l2_normalize = l2_normalize
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.model.features(x).flatten(1)  # type: ignore[operator]
+        if self.l2_normalize:
+            f = F.normalize(f, dim=1)
+        probs = torch.softmax(
+            torch.einsum("nd,mcd->mnc", f, self.weights) + self.biases[:, None], -1
+        )
+        combined = probs.max(0).values if self.rule == "max" else probs.mean(0)
+        return (combined / combined.sum(-1, keepdim=True)).clamp_min(1e-30).log()
+
+
+@register_strategy("ensemble")
+@dataclass
+class Ensemble(Strategy):
+    """Prediction by the ensemble of the clients' local heads (max or mean rule)."""
+
+    rule: str = "max"
+    head_dtype: str = "float16"
+    """Precision of the uploaded heads (the paper counts 16-bit heads in Table 5)."""
+    l2_normalize: bool = False
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        require_one_round(self.name, ctx.config)
+        if self.rule not in RULES:
+            raise FedshareError(choices_message("strategy.rule", self.rule, list(RULES)))
+        if self.head_dtype not in WIRE_DTYPES:
+            raise FedshareError(
+                choices_message("strategy.head_dtype", self.head_dtype, list(WIRE_DTYPES))
+            )
+        self.head = linear_head(ctx.model)
+        self.ensemble: EnsembleClassifier | None = None
+
+    def broadcast(self, round_idx: int) -> Message:
+        return Message()
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        head = local_head(
+            client, self.data.dataset.num_classes, self.config.seed, self.l2_normalize
+        )
+        vector = head_vector(head, WIRE_DTYPES[self.head_dtype])
+        return Update(client.id, client.num_samples, weights=vector)
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        dim, classes = self.head.in_features, self.head.out_features
+        weights, biases = [], []
+        for update in updates:
+            if update.weights is None:
+                continue
+            w, b = split_head_vector(update.weights, dim, classes)
+            weights.append(w)
+            biases.append(b)
+        if not weights:
+            raise FedshareError("no client sent a head; the ensemble is empty")
+        self.ensemble = EnsembleClassifier(
+            self.model, torch.stack(weights), torch.stack(biases), self.rule, self.l2_normalize
+        )
+        self.round_metrics["ensemble_size"] = len(weights)
+
+    def global_model(self) -> nn.Module:
+        return self.model if self.ensemble is None else self.ensemble
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"model": self.model.state_dict()}
+        if self.ensemble is not None:
+            state["weights"] = self.ensemble.weights
+            state["biases"] = self.ensemble.biases
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # type: ignore[override]
+        self.model.load_state_dict(state["model"])
+        if "weights" in state:
+            self.ensemble = EnsembleClassifier(
+                self.model, state["weights"], state["biases"], self.rule, self.l2_normalize
+            )

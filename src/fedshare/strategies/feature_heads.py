@@ -1,0 +1,197 @@
+"""Pieces shared by the one-shot feature-level strategies (FedPFT and its baselines).
+
+Spec: /work/shared/specs/fedpft.md §1 (model w = h∘f: a frozen extractor f and a linear head h),
+§7 A8 (head training), A6 (L2 normalisation with DP).
+
+The extractor f is the model's `features` (the penultimate representation of a `BlockModel`):
+on a feature dataset (`data.features=...` or `data=features_file`) with `model=linear` it is the
+identity; on images with e.g. `model=resnet20_cifar model.pretrained=true` it is the frozen
+backbone, run in eval mode without gradients. It is known to every party and never sent.
+The head h is the model's single `nn.Linear` inside its `head` block.
+
+Every head here is trained with the run's `train` settings (optimizer, lr, batch size, and
+`train.local_epochs` passes), on a client or on the server, so the methods compared under one
+config train their heads alike (the paper: Adam, lr 1e-4 for all; the presets set it).
+"""
+
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.config import SimulationConfig, TrainConfig
+from fedshare.engine.client import Client
+from fedshare.engine.optim import make_optimizer
+from fedshare.engine.rng import torch_generator
+from fedshare.errors import FedshareError, NonFiniteLossError
+from fedshare.functional.losses import distillation_kl
+from fedshare.models.base import BlockModel
+
+EXTRACT_BATCH = 1024
+
+
+def linear_head(model: nn.Module) -> nn.Linear:
+    """The one `nn.Linear` of the model's head block (FedPFT's h)."""
+    head = model.head if isinstance(model, BlockModel) else None
+    layers = [m for m in head.modules() if isinstance(m, nn.Linear)] if head is not None else []
+    if len(layers) != 1:
+        raise FedshareError(
+            f"the one-shot feature strategies need a model whose head is one linear layer, got "
+            f"{type(model).__name__}; use model=linear on a feature dataset, or a backbone such "
+            f"as model=resnet20_cifar model.pretrained=true"
+        )
+    return layers[0]
+
+
+def require_one_round(name: str, config: SimulationConfig) -> None:
+    if config.rounds != 1:
+        raise FedshareError(
+            f"strategy {name!r} is one-shot (a single communication round); set rounds=1, got "
+            f"rounds={config.rounds}"
+        )
+
+
+@torch.no_grad()
+def extract(model: nn.Module, x: torch.Tensor, l2_normalize: bool = False) -> torch.Tensor:
+    """f(x) as (n, d) float32 for prepared inputs `x`, in eval mode, in chunks."""
+    was_training = model.training
+    model.eval()
+    chunks = []
+    for start in range(0, len(x), EXTRACT_BATCH):
+        f = model.features(x[start : start + EXTRACT_BATCH])  # type: ignore[operator]
+        chunks.append(f.flatten(1).float())
+    model.train(was_training)
+    feats = torch.cat(chunks) if chunks else torch.zeros(0, 0, device=x.device)
+    return F.normalize(feats, dim=1) if l2_normalize else feats
+
+
+def client_features(
+    client: Client, l2_normalize: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F, y): the client's features under the frozen extractor (its worker model) and labels."""
+    x, y = client.data()
+    return extract(client.model, x, l2_normalize), y
+
+
+def fresh_head(dim: int, num_classes: int, generator: torch.Generator, device: object) -> nn.Linear:
+    """A new linear head with PyTorch's default init U(−1/√d, 1/√d), drawn from `generator`."""
+    head = nn.Linear(dim, num_classes).to(device)
+    bound = 1.0 / math.sqrt(dim)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_((torch.rand(p.shape, generator=generator, device=p.device) * 2 - 1) * bound)
+    return head
+
+
+def shuffled_batches(
+    n: int, batch_size: int, epochs: int, generator: torch.Generator, device: object
+) -> Iterator[torch.Tensor]:
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator, device=device)
+        yield from order.split(batch_size)
+
+
+def fit_head(
+    head: nn.Linear,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    train: TrainConfig,
+    lr: float,
+    generator: torch.Generator,
+    epochs: int | None = None,
+    teacher: nn.Module | None = None,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Train `head` by cross-entropy on features `x` (n, d) with the configured optimizer for
+    `epochs` (default `train.local_epochs`) shuffled passes; return the mean loss (a tensor).
+
+    With a `teacher`, the loss is CE + T²·KL(softmax(teacher/T) ‖ softmax(head/T)) (the KD
+    baseline of fedpft.md §7 A15; `fedshare.functional.losses.distillation_kl`)."""
+    head.train()
+    optimizer = make_optimizer(head.parameters(), train, lr)
+    total = torch.zeros((), device=x.device)
+    steps = 0
+    epochs = train.local_epochs if epochs is None else epochs
+    for idx in shuffled_batches(len(x), train.batch_size, epochs, generator, x.device):
+        optimizer.zero_grad(set_to_none=True)
+        logits = head(x[idx])
+        loss = F.cross_entropy(logits, y[idx])
+        if teacher is not None:
+            with torch.no_grad():
+                target = teacher(x[idx])
+            loss = loss + distillation_kl(logits, target, temperature)
+        loss.backward()
+        optimizer.step()
+        total += loss.detach()
+        steps += 1
+    mean = total / max(steps, 1)
+    if not torch.isfinite(mean):
+        raise NonFiniteLossError("a head's training loss became non-finite; lower train.lr")
+    return mean
+
+
+def load_head(target: nn.Linear, weight: torch.Tensor, bias: torch.Tensor) -> None:
+    with torch.no_grad():
+        target.weight.copy_(weight)
+        target.bias.copy_(bias)
+
+
+@torch.no_grad()
+def head_accuracy(head: nn.Linear, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Accuracy (%) of `head` on features `x` (e.g. the server's synthetic set, §2.7)."""
+    if len(y) == 0:
+        return float("nan")
+    hits = sum(
+        int((head(x[s : s + EXTRACT_BATCH]).argmax(1) == y[s : s + EXTRACT_BATCH]).sum())
+        for s in range(0, len(y), EXTRACT_BATCH)
+    )
+    return 100.0 * hits / len(y)
+
+
+class FeatureClassifier(nn.Module):
+    """h(normalise(f(x))): the evaluated model when features are L2-normalised (DP, §7 A6)."""
+
+    def __init__(self, model: nn.Module, head: nn.Module, l2_normalize: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.classifier = head
+        self.l2_normalize = l2_normalize
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.model.features(x).flatten(1)  # type: ignore[operator]
+        return self.classifier(F.normalize(f, dim=1) if self.l2_normalize else f)
+
+
+# --------------------------------------------------------------------------- local heads
+def local_head(
+    client: Client, num_classes: int, seed: int, l2_normalize: bool = False
+) -> nn.Linear:
+    """A head trained on the client's own features (the baselines' local model, §4.3).
+
+    Every client starts from the same initialisation, drawn from the run seed (as if the server
+    had broadcast it; a shared seed costs no traffic), and trains with `train` settings.
+    """
+    feats, labels = client_features(client, l2_normalize)
+    head = fresh_head(
+        feats.shape[1],
+        num_classes,
+        torch_generator(seed, "oneshot/head_init", device=client.device),
+        client.device,
+    )
+    fit_head(head, feats, labels, client.train, client.lr, client.rng("head_batches"))
+    return head
+
+
+def head_vector(head: nn.Linear, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """[W.flatten(), b] in the wire dtype: C·d + C numbers."""
+    return torch.cat([head.weight.detach().flatten(), head.bias.detach()]).to(dtype)
+
+
+def split_head_vector(
+    vector: torch.Tensor, dim: int, num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W, b) in float32 from a `head_vector`."""
+    v = vector.float()
+    return v[: dim * num_classes].view(num_classes, dim), v[dim * num_classes :]

@@ -1,0 +1,33 @@
+"""FedLC (Zhang et al., ICML 2022), as ReBaFL's baseline (specs/rebafl.md §5): local
+cross-entropy on logits calibrated by the client's class counts, z_c − τ·n_c^{−1/4}.
+
+Absent classes count as 1e-9 (offset ≈ −177.8·τ), as in ReBaFL's code.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from fedshare.errors import FedshareError
+from fedshare.functional.calibration import logit_adjustment
+from fedshare.strategies.base import register_strategy
+from fedshare.strategies.calibrated import CalibratedFedAvg
+
+
+@register_strategy("fedlc")
+@dataclass
+class FedLC(CalibratedFedAvg):
+    """Local loss CE(z − τ·n^{−1/4}, y); server: sample-weighted FedAvg."""
+
+    tau: float = 1.0
+    missing_count: float = 1e-9
+
+    def __post_init__(self) -> None:
+        if self.tau < 0 or self.missing_count <= 0:
+            raise FedshareError(
+                f"strategy fedlc needs tau >= 0 and missing_count > 0, got tau={self.tau}, "
+                f"missing_count={self.missing_count}"
+            )
+
+    def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        return logits + logit_adjustment(counts, self.tau, self.missing_count)

@@ -1,0 +1,317 @@
+"""FedPFT (Beitollahi et al., 2024): one-shot transfer of per-class Gaussian mixtures of features.
+
+Spec: /work/shared/specs/fedpft.md §2.2 (Algorithm 1), §2.3 (EM), §2.5 (DP-FedPFT), §2.6 and §3
+(what is sent and its cost), §7 A1–A5, A8, A9, A17.
+
+One round. Each client runs the frozen extractor f over its data (`feature_heads`), fits for
+every class c it holds a K-component mixture g^{i,c} of the family `covariance` (`fedshare.
+functional.gmm`: our own seeded EM, see its docstring for why), and uploads once, as float16,
+the mixture parameters plus its class ids and counts n_{i,c} (`pack_mixtures`; the engine's
+`bytes_shared` is then 2·(§2.6 formula) + 8 bytes of metadata per (client, class)). The server
+draws n_{i,c}·`synthetic_multiplier` samples from every mixture, each (client, class) from its
+own stream (§7 A9), pools them and trains a fresh linear head h on them with the run's `train`
+settings (§7 A8); the global model is h∘f. The head's download is not counted by the engine
+(its `bytes_down` counts broadcasts, which are empty here): it costs (C·d + C) numbers.
+
+Classes with n_{i,c} ≤ K: `small_class_policy` "drop" (the paper's code: skipped, their samples
+are lost to the server) or "shrink" (K_eff = max(1, min(K, n − 1)); n = 1 gives one component of
+variance reg_covar) (§7 A3). Each client may use its own K (`client_components`, cycled).
+
+DP-FedPFT (`dp=true`, or `strategy=dp_fedpft`): K = 1 only; features are L2-normalised (train
+and, through the evaluated model, test: §7 A6), each (client, class) releases μ̃ and the PSD
+projection of Σ̂ + noise (`fedshare.privacy.dp`), reduced to the family afterwards (spherical:
+λ = tr(Σ̃)/d, diag: its diagonal; post-processing, §7 A17 v); δ defaults to 1/n_{i,c}; pairs with
+n < 2 are dropped. The counts n_{i,c} are released without noise, as in the paper.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fedshare.engine.client import Client
+from fedshare.engine.optim import learning_rate
+from fedshare.engine.rng import torch_generator
+from fedshare.errors import FedshareError, choices_message
+from fedshare.functional.gmm import (
+    WIRE_DTYPES,
+    GaussianMixture,
+    check_covariance_type,
+    component_params,
+    fit_gmm,
+    pack_mixtures,
+    point_mass,
+    unpack_mixtures,
+)
+from fedshare.privacy import dp
+from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
+from fedshare.strategies.feature_heads import (
+    FeatureClassifier,
+    client_features,
+    fit_head,
+    fresh_head,
+    head_accuracy,
+    linear_head,
+    load_head,
+    require_one_round,
+)
+
+SMALL_CLASS_POLICIES = ("drop", "shrink")
+META_BYTES_PER_PAIR = 8  # int16 label + int16 component count + int32 sample count
+
+
+# --------------------------------------------------------------------------- §2.6 formulas
+def gmm_params(dim: int, n_components: int, num_classes: int, covariance_type: str) -> int:
+    """Numbers one client sends for C classes of K components each (§2.6, Eqs. 9–11)."""
+    return component_params(dim, covariance_type) * n_components * num_classes
+
+
+def gmm_bytes(
+    dim: int, n_components: int, num_classes: int, covariance_type: str, bits: int = 16
+) -> int:
+    """Bytes of `gmm_params` at `bits` per number (the paper: 16)."""
+    return gmm_params(dim, n_components, num_classes, covariance_type) * bits // 8
+
+
+def raw_feature_bytes(num_samples: int, dim: int, bits: int = 16) -> int:
+    """Sending the raw features instead (the Centralized oracle's cost, §4.3)."""
+    return num_samples * dim * bits // 8
+
+
+def head_bytes(dim: int, num_classes: int, bits: int = 16) -> int:
+    """A linear head W, b: C·d + C numbers."""
+    return (num_classes * dim + num_classes) * bits // 8
+
+
+def mixture_cost(payload: dict[str, torch.Tensor], covariance_type: str) -> tuple[int, int]:
+    """(formula parameters, metadata pairs) of one packed payload."""
+    if "gmm_components" not in payload:
+        return 0, 0
+    dim = int(payload["gmm_means"].shape[1])
+    k_total = int(payload["gmm_components"].long().sum())
+    return k_total * component_params(dim, covariance_type), int(payload["gmm_labels"].numel())
+
+
+# --------------------------------------------------------------------------- the strategy
+@register_strategy("fedpft")
+@dataclass
+class FedPFT(Strategy):
+    """Centralized one-shot FedPFT (Algorithm 1) with the DP variant (§2.5) as an option."""
+
+    n_components: int = 10
+    covariance: str = "diag"
+    """full | diag | spherical (§2.1)."""
+    client_components: list[int] | None = None
+    """Per-client K (client k uses entry k mod length); None: every client uses n_components."""
+    small_class_policy: str = "drop"
+    reg_covar: float = 1e-6
+    tol: float = 1e-3
+    max_iter: int = 100
+    synthetic_multiplier: float = 1.0
+    """Synthetic samples per mixture = round(n_{i,c} · multiplier), at least 1 (§7 A1)."""
+    wire_dtype: str = "float16"
+    """float16 (the paper) | float32 | float64: precision of the uploaded parameters."""
+    l2_normalize: bool = False
+    """L2-normalise the features (train and test); always on with dp."""
+    dp: bool = False
+    dp_epsilon: float = 1.0
+    dp_delta: float | None = None
+    """None: 1/n_{i,c} (the paper's setting)."""
+    dp_log_term: str = "4/delta"
+    """Theorem 4.1's ln(4/δ) or the proof's ln(2/δ) (§7 A17 ii)."""
+    dp_calibration: str = "paper"
+    """paper (Theorem 4.1's σ) | analytic (Balle & Wang's analytic Gaussian mechanism)."""
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        require_one_round(self.name, ctx.config)
+        self.check_params()
+        self.head = linear_head(ctx.model)
+        self._summary: dict[str, Any] = {}
+
+    def check_params(self) -> None:
+        check_covariance_type(self.covariance)
+        ks = [self.n_components, *(self.client_components or [])]
+        if min(ks) < 1:
+            raise FedshareError(f"strategy n_components/client_components {ks} must all be >= 1")
+        if self.small_class_policy not in SMALL_CLASS_POLICIES:
+            raise FedshareError(
+                choices_message(
+                    "strategy.small_class_policy", self.small_class_policy, SMALL_CLASS_POLICIES
+                )
+            )
+        if self.wire_dtype not in WIRE_DTYPES:
+            raise FedshareError(
+                choices_message("strategy.wire_dtype", self.wire_dtype, list(WIRE_DTYPES))
+            )
+        if self.synthetic_multiplier <= 0 or self.reg_covar < 0 or self.max_iter < 1:
+            raise FedshareError(
+                f"strategy.synthetic_multiplier={self.synthetic_multiplier} must be positive, "
+                f"reg_covar={self.reg_covar} non-negative and max_iter={self.max_iter} >= 1"
+            )
+        if self.dp:
+            if max(ks) != 1:
+                raise FedshareError(
+                    f"DP-FedPFT is defined for one Gaussian per class (spec §2.5): set "
+                    f"strategy.n_components=1, got {ks}"
+                )
+            dp.noise_std(
+                10, self.dp_epsilon, self.dp_delta or 0.1, self.dp_log_term, self.dp_calibration
+            )  # validates the budget, log term and calibration
+
+    @property
+    def normalize(self) -> bool:
+        return self.l2_normalize or self.dp
+
+    def components_for(self, client_id: int) -> int:
+        if self.client_components:
+            return int(self.client_components[client_id % len(self.client_components)])
+        return self.n_components
+
+    # ------------------------------------------------------------------ client
+    def broadcast(self, round_idx: int) -> Message:
+        return Message()  # f is known to everyone; nothing else goes down before the upload
+
+    def fit_class(
+        self, x: torch.Tensor, k: int, generator: torch.Generator
+    ) -> tuple[GaussianMixture | None, int]:
+        """The mixture of one class's features (None when the policy drops it), EM iterations."""
+        n = len(x)
+        min_n = 2 if self.dp else 1
+        if n < min_n or (self.small_class_policy == "drop" and n <= k):
+            return None, 0
+        if self.dp:
+            mean, cov, _ = dp.private_mean_cov(
+                x,
+                self.dp_epsilon,
+                self.dp_delta,
+                generator,
+                self.dp_log_term,
+                self.dp_calibration,
+            )
+            covs = {
+                "full": cov[None],
+                "diag": cov.diagonal()[None],
+                "spherical": cov.diagonal().mean()[None],
+            }[self.covariance]
+            ones = torch.ones(1, dtype=mean.dtype, device=mean.device)
+            return GaussianMixture(ones, mean[None], covs, self.covariance), 0
+        if n == 1:
+            return point_mass(x, self.covariance, self.reg_covar), 0
+        k_eff = min(k, n - 1) if self.small_class_policy == "shrink" else k
+        g, info = fit_gmm(
+            x, k_eff, self.covariance, self.reg_covar, self.tol, self.max_iter, generator
+        )
+        return g, info.n_iter
+
+    def local_mixtures(
+        self, feats: torch.Tensor, labels: torch.Tensor, k: int, client: Client, prefix: str
+    ) -> tuple[list[tuple[int, int, GaussianMixture]], dict[str, float]]:
+        """(label, n, mixture) for every class in `labels`, and fitting statistics."""
+        mixtures, dropped, iters = [], 0, []
+        for c in torch.unique(labels).tolist():
+            x = feats[labels == c]
+            g, n_iter = self.fit_class(x, k, client.rng(f"{prefix}/{c}"))
+            if g is None:
+                dropped += len(x)
+                continue
+            mixtures.append((int(c), len(x), g))
+            iters.append(n_iter)
+        stats = {
+            "gmm_dropped_samples": float(dropped),
+            "em_iterations": sum(iters) / max(len(iters), 1),
+        }
+        return mixtures, stats
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        feats, labels = client_features(client, self.normalize)
+        mixtures, stats = self.local_mixtures(
+            feats, labels, self.components_for(client.id), client, "gmm"
+        )
+        payload = pack_mixtures(mixtures, self.covariance, self.wire_dtype)
+        return Update(client.id, client.num_samples, payload=payload, metrics=stats)
+
+    # ------------------------------------------------------------------ server
+    def synthesize(
+        self, mixtures: list[tuple[int, int, GaussianMixture]], client_id: int, purpose: str
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Samples and labels from each (label, n, mixture), one stream per (client, class)."""
+        xs, ys = [], []
+        for label, count, g in mixtures:
+            m = max(1, round(count * self.synthetic_multiplier))
+            gen = torch_generator(
+                self.config.seed, purpose, client_id, label, device=g.means.device
+            )
+            xs.append(g.sample(m, gen).float().to(self.device))
+            ys.append(torch.full((m,), label, dtype=torch.long, device=self.device))
+        return xs, ys
+
+    def train_head(
+        self, x: torch.Tensor, y: torch.Tensor, round_idx: int, purpose: str
+    ) -> torch.nn.Linear:
+        """A fresh head trained on (x, y) with the run's train settings (§7 A8)."""
+        seed = self.config.seed
+        head = fresh_head(
+            x.shape[1],
+            self.data.dataset.num_classes,
+            torch_generator(seed, f"{purpose}/head_init", device=self.device),
+            self.device,
+        )
+        fit_head(
+            head,
+            x,
+            y,
+            self.config.train,
+            learning_rate(self.config.train, round_idx),
+            torch_generator(seed, f"{purpose}/batches", round_idx, device=self.device),
+        )
+        return head
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        xs: list[torch.Tensor] = []
+        ys: list[torch.Tensor] = []
+        params = pairs = 0
+        for update in updates:
+            p, n_pairs = mixture_cost(update.payload, self.covariance)
+            params, pairs = params + p, pairs + n_pairs
+            received = unpack_mixtures(update.payload, self.covariance, self.reg_covar)
+            x, y = self.synthesize(received, update.client_id, "fedpft/sample")
+            xs += x
+            ys += y
+        if not xs:
+            raise FedshareError(
+                "no client sent a mixture (every class had at most K samples under "
+                "small_class_policy=drop); lower strategy.n_components or use shrink"
+            )
+        x_syn, y_syn = torch.cat(xs), torch.cat(ys)
+        head = self.train_head(x_syn, y_syn, round_idx, "fedpft/server")
+        load_head(self.head, head.weight, head.bias)
+        self._summary = {
+            "gmm_pairs": pairs,
+            "gmm_params": params,
+            "gmm_param_bytes": params * WIRE_DTYPES[self.wire_dtype].itemsize,
+            "gmm_meta_bytes": pairs * META_BYTES_PER_PAIR,
+            "synthetic_samples": len(y_syn),
+            "synthetic_accuracy": head_accuracy(self.head, x_syn, y_syn),
+        }
+        self.round_metrics.update(self._summary)
+
+    def global_model(self) -> torch.nn.Module:
+        if self.normalize:
+            return FeatureClassifier(self.model, self.head, l2_normalize=True)
+        return self.model
+
+    def summary_metrics(self) -> dict[str, Any]:
+        return dict(self._summary)
+
+
+@register_strategy("dp_fedpft")
+@dataclass
+class DPFedPFT(FedPFT):
+    """DP-FedPFT (§2.5): one spherical Gaussian per (client, class), (ε = 1, δ = 1/n)-DP."""
+
+    n_components: int = 1
+    covariance: str = "spherical"
+    dp: bool = True

@@ -1,0 +1,141 @@
+"""Decentralized FedPFT on a chain of clients (Sec. 4.2, Fig. 3; Sec. 5.4's linear topology).
+
+Spec: /work/shared/specs/fedpft.md §2.4, §7 A12; Table 2's two-client source → destination case.
+
+There is no server. Clients 0 → 1 → … → I−1 (all clients, in id order) each send once to the
+next: client 0 fits per-class mixtures on its features and sends them with the counts N^{0,c};
+client i ≥ 1 draws N^{i−1,c}·`synthetic_multiplier` samples from every received mixture (§7 A12a),
+trains its own head h_i on its real features ∪ the synthetic ones (§7 A12c), refits each class's
+mixture on real ∪ synthetic and sends it with N^{i,c} = n_{i,c} + N^{i−1,c}. A class the client
+does not hold is forwarded unchanged (`forward_missing`, §7 A12b; false: refit on the synthetic
+samples alone). The last client sends nothing; its head is the evaluated (global) model. With
+two clients (`partition=task`, or `contiguous` over two feature files) this is Table 2's
+source → destination transfer.
+
+Simulation notes: the engine has no peer-to-peer links, so each client's upload is what it
+sends to its successor (counted in `bytes_shared` per hop), and the strategy hands exactly that
+payload, decoded, to the next client. The clients' heads stay on the clients; the strategy
+evaluates each on the test set as the chain advances (`chain_accuracy`, and `local_accuracy` of a
+head on local data only with `report_local`: instrumentation, not traffic). Mixture fitting,
+families, K, the small-class policy and float16 are those of `fedpft`; DP is not offered here.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from fedshare.engine.client import Client
+from fedshare.engine.evaluation import evaluate
+from fedshare.engine.rng import torch_generator
+from fedshare.errors import FedshareError
+from fedshare.functional.gmm import GaussianMixture, pack_mixtures, unpack_mixtures
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
+from fedshare.strategies.feature_heads import (
+    FeatureClassifier,
+    client_features,
+    fit_head,
+    fresh_head,
+    load_head,
+)
+from fedshare.strategies.fedpft import FedPFT, mixture_cost
+
+Mixtures = list[tuple[int, int, GaussianMixture]]
+
+
+@register_strategy("fedpft_chain")
+@dataclass
+class FedPFTChain(FedPFT):
+    """FedPFT along the chain 0 → 1 → … → I−1 in one round."""
+
+    forward_missing: bool = True
+    report_local: bool = False
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        if self.dp:
+            raise FedshareError("strategy fedpft_chain does not offer DP; use dp_fedpft")
+        clients = ctx.config.clients
+        n = ctx.data.num_clients
+        if clients.fraction < 1.0 or clients.per_round not in (None, n):
+            raise FedshareError(
+                f"strategy fedpft_chain passes mixtures along all {n} clients in id order; set "
+                f"clients.fraction=1 (got {clients.fraction}) and clients.per_round=null"
+            )
+        self.last_client = n - 1
+        self.relay: Mixtures = []
+        self.client_head: torch.nn.Linear | None = None
+        self.local_only_head: torch.nn.Linear | None = None
+
+    def _head(
+        self, x: torch.Tensor, y: torch.Tensor, client: Client, purpose: str
+    ) -> torch.nn.Linear:
+        head = fresh_head(
+            x.shape[1],
+            self.data.dataset.num_classes,
+            torch_generator(self.config.seed, f"{purpose}/head_init", client.id, device=x.device),
+            x.device,
+        )
+        fit_head(head, x, y, client.train, client.lr, client.rng(f"{purpose}/batches"))
+        return head
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        feats, labels = client_features(client, self.normalize)
+        received = {label: (count, g) for label, count, g in self.relay}
+        synth_x, synth_y = self.synthesize(self.relay, client.id, "chain/sample")
+        x = torch.cat([feats, *synth_x]) if synth_x else feats
+        y = torch.cat([labels, *synth_y]) if synth_y else labels
+        self.client_head = self._head(x, y, client, "chain/head")
+        if self.report_local and len(labels):
+            self.local_only_head = self._head(feats, labels, client, "chain/local")
+        if client.id == self.last_client:
+            return Update(client.id, client.num_samples)  # the end of the chain
+        k = self.components_for(client.id)
+        outgoing: Mixtures = []
+        dropped = 0
+        classes = sorted(set(labels.tolist()) | set(received))
+        for c in classes:
+            local = feats[labels == c]
+            prior_n, prior = received.get(c, (0, None))
+            if len(local) == 0 and prior is not None and self.forward_missing:
+                outgoing.append((c, prior_n, prior))
+                continue
+            synthetic = [s for s, t in zip(synth_x, synth_y, strict=True) if int(t[0]) == c]
+            data = torch.cat([local, *synthetic]) if synthetic else local
+            g, _ = self.fit_class(data, k, client.rng(f"chain/gmm/{c}"))
+            if g is None:  # dropped by the small-class policy: pass on what arrived
+                dropped += len(local)
+                if prior is not None:
+                    outgoing.append((c, prior_n, prior))
+                continue
+            outgoing.append((c, len(local) + prior_n, g))
+        payload = pack_mixtures(outgoing, self.covariance, self.wire_dtype)
+        return Update(
+            client.id,
+            client.num_samples,
+            payload=payload,
+            metrics={"gmm_dropped_samples": float(dropped)},
+        )
+
+    def _accuracy(self, head: torch.nn.Linear) -> float:
+        model = FeatureClassifier(self.model, head, self.normalize)
+        return evaluate(model, self.data.dataset, self.config.eval.batch_size)["accuracy"]
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        chain, local, hop_params = [], [], []
+        for update in updates:
+            self.relay = unpack_mixtures(update.payload, self.covariance, self.reg_covar)
+            hop_params.append(mixture_cost(update.payload, self.covariance)[0])
+            if self.client_head is not None:
+                chain.append(round(self._accuracy(self.client_head), 4))
+                final = self.client_head
+            if self.report_local and self.local_only_head is not None:
+                local.append(round(self._accuracy(self.local_only_head), 4))
+            self.client_head = self.local_only_head = None
+        if not chain:
+            raise FedshareError("no client took part in the chain")
+        load_head(self.head, final.weight, final.bias)
+        self._summary = {"chain_accuracy": chain, "hop_params": hop_params}
+        if self.report_local:
+            self._summary["local_accuracy"] = local
+        self.round_metrics.update(self._summary)

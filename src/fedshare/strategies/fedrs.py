@@ -1,0 +1,30 @@
+"""FedRS (Li & Zhan, KDD 2021), as ReBaFL's baseline (specs/rebafl.md §5): restricted softmax —
+during local training the logits of classes the client does not hold are multiplied by α, so
+their classifier rows are pushed less by the client's features.
+
+The scaling is applied to the logits (weight and bias of the row alike).
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from fedshare.errors import FedshareError
+from fedshare.functional.calibration import restricted_logits
+from fedshare.strategies.base import register_strategy
+from fedshare.strategies.calibrated import CalibratedFedAvg
+
+
+@register_strategy("fedrs")
+@dataclass
+class FedRS(CalibratedFedAvg):
+    """Local loss CE(z ⊙ s, y) with s_c = 1 for local classes and α otherwise; FedAvg server."""
+
+    alpha: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0:
+            raise FedshareError(f"strategy.alpha={self.alpha} of fedrs must be in [0, 1]")
+
+    def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        return restricted_logits(logits, counts > 0, self.alpha)

@@ -1,0 +1,378 @@
+"""FLea (Xia et al., KDD 2024): federated learning with a global buffer of shared activations.
+
+Spec: shared/specs/flea.md — §2 the algorithm, §3 the traffic, §8 the choices made here.
+
+A round has two exchanges with the same cohort (`phases()`):
+
+1. **train**: the server sends θ^(t) and the feature buffer F^(t) (activations at block l and
+   their labels, empty in round 0). Each client mixes its local activations with buffer
+   activations (β ~ Beta(a, a) per sample, soft labels, Eq. 2) and minimises (code form, §2.5)
+   local_ce·CE(θ_k(x), y) + mix_ce·CE_soft(θ_k[l:](f̃), ỹ) + λ2(g)·dCor(x, θ_k[:l](x))
+   + kd·KL(θ^(t)[l:](f^F) ‖ θ_k[l:](f^F)); the server averages the weights (FedAvg, BN
+   statistics included).
+2. **share**: the server sends θ^(t+1) back to the same clients; each extracts activations of
+   its fixed α-subset S_k at block l (no gradient, BN in eval mode) and uploads them with their
+   labels; they replace the buffer (only the last round's clients, §2.2).
+
+Round 0 is the code's warm-up (§2.3, §8 item 5): `warmup_epoch_multiplier`·E epochs of
+CE + 0.5·KL(θ^(1)(x) ‖ θ_k(x)) + 3·dCor. λ2 follows the code's schedule max(3 − 0.1·g, 1)
+(`dcor_schedule=constant` for the paper's constant λ2).
+
+Paper forms behind flags: `local_ce_weight=0`, `kd_input=mixed`,
+`kd_direction=student_to_teacher`, `dcor_variant=paper`, `dcor_schedule=constant`,
+`warmup=false`. Deviations from the code (all documented in docs/flea.md): S_k is drawn
+without replacement (`share_with_replacement=true` for the code); a local epoch is one pass over
+D_k (the code draws ⌊|D_k|/b⌋ + 1 batches from an iterator that persists across rounds); the
+logged `train_dcor` is the mean over all local steps (the code logs the last epoch's); the
+running best accuracy includes the warm-up round's model.
+"""
+
+import copy
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.engine.client import Client
+from fedshare.engine.rng import numpy_rng
+from fedshare.errors import FedshareError, NonFiniteLossError, choices_message
+from fedshare.functional.losses import KD_DIRECTIONS, distillation_kl, soft_cross_entropy
+from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
+from fedshare.privacy.dcor import VARIANTS, distance_correlation, mean_distance_correlation
+from fedshare.privacy.exposure import ExposureTracker
+from fedshare.strategies.base import (
+    Message,
+    Phase,
+    SetupContext,
+    Strategy,
+    Update,
+    register_strategy,
+)
+from fedshare.strategies.sharing import check_fraction, cycle_batches, fixed_subset
+
+KD_INPUTS = ("buffer", "mixed")
+DCOR_SCHEDULES = ("linear", "constant")
+BN_MODES = ("eval", "train")
+
+
+def dcor_weight_at(
+    round_idx: int, weight: float, schedule: str, decay: float, floor: float
+) -> float:
+    """λ2 at round g (0-based): `linear` max(w − decay·g, min(floor, w)); `constant` w.
+
+    The code's schedule (3, 0.1, 1) gives 2.9 at g = 1, 1.1 at g = 19 and 1 from g = 20.
+    """
+    if schedule == "constant":
+        return weight
+    if schedule == "linear":
+        return max(weight - decay * round_idx, min(floor, weight))
+    raise FedshareError(choices_message("strategy.dcor_schedule", schedule, list(DCOR_SCHEDULES)))
+
+
+@register_strategy("flea")
+@dataclass
+class FLea(Strategy):
+    """Feature sharing through a global buffer rebuilt every round (flea.md §2)."""
+
+    share_fraction: float = 0.1
+    share_with_replacement: bool = False
+    share_min_samples: int = 10
+    share_features: bool = True
+    """False: no buffer is ever built ("FLea without mix-up", §9 B17: local CE + dCor only)."""
+    split_layer: int | None = None
+    """Blocks in the extractor θ[:l]; None = the model's `share_layer` (FLea's layer per model)."""
+    beta_a: float = 2.0
+    beta_per_sample: bool = True
+    local_ce_weight: float = 1.0
+    mix_ce_weight: float = 1.0
+    kd_weight: float = 1.0
+    kd_input: str = "buffer"
+    kd_direction: str = "teacher_to_student"
+    kd_temperature: float = 1.0
+    dcor_weight: float = 3.0
+    dcor_schedule: str = "linear"
+    dcor_decay: float = 0.1
+    dcor_floor: float = 1.0
+    dcor_variant: str = "code"
+    warmup: bool = True
+    warmup_epoch_multiplier: int = 3
+    warmup_kd_weight: float = 0.5
+    warmup_dcor_weight: float = 3.0
+    extract_bn_mode: str = "eval"
+    metric_chunk: int = 32
+    """Chunk size of the shared-activation dCor metric (dCor's bias depends on n)."""
+
+    # ------------------------------------------------------------------ setup
+    def _check(self) -> None:
+        check_fraction("share_fraction", self.share_fraction)
+        for key, value, valid in (
+            ("kd_input", self.kd_input, KD_INPUTS),
+            ("kd_direction", self.kd_direction, KD_DIRECTIONS),
+            ("dcor_schedule", self.dcor_schedule, DCOR_SCHEDULES),
+            ("dcor_variant", self.dcor_variant, VARIANTS),
+            ("extract_bn_mode", self.extract_bn_mode, BN_MODES),
+        ):
+            if value not in valid:
+                raise FedshareError(choices_message(f"strategy.{key}", value, list(valid)))
+        if self.beta_a <= 0:
+            raise FedshareError(f"strategy.beta_a={self.beta_a} must be positive")
+        if self.warmup_epoch_multiplier < 1:
+            raise FedshareError(
+                f"strategy.warmup_epoch_multiplier={self.warmup_epoch_multiplier} must be >= 1"
+            )
+
+    def setup(self, ctx: SetupContext) -> None:
+        self._check()
+        super().setup(ctx)
+        model = ctx.model
+        if not hasattr(model, "encode") or not hasattr(model, "num_blocks"):
+            raise FedshareError(
+                f"strategy 'flea' needs a block model with split points; got {type(model).__name__}"
+            )
+        split = model.share_layer if self.split_layer is None else self.split_layer
+        if not 0 <= split < model.num_blocks:
+            raise FedshareError(
+                f"strategy.split_layer={split} is not a split point of this model; valid: "
+                f"0..{model.num_blocks - 1} (blocks: {', '.join(model.block_names)})"
+            )
+        self.split = split
+        self.num_classes = ctx.data.dataset.num_classes
+        self.teacher = copy.deepcopy(model).requires_grad_(False)
+        self.exposure = ExposureTracker(ctx.data.client_sizes)
+        self.buffer: dict[str, torch.Tensor] = {}
+        self.buffer_owners: list[int] = []
+        self.shared_dcor_history: list[float] = []
+        self._positions: dict[int, torch.Tensor] = {}
+
+    def phases(self) -> list[Phase]:
+        train = Phase("train", self.broadcast, self.client_update, self.aggregate)
+        if not self.share_features:
+            return [train]
+        return [train, Phase("share", self.broadcast_model, self.extract, self.collect)]
+
+    # ------------------------------------------------------------------ helpers
+    def share_positions(self, client_id: int) -> torch.Tensor:
+        """S_k: fixed positions into client k's data, drawn once per client (§2.2)."""
+        if client_id not in self._positions:
+            self._positions[client_id] = fixed_subset(
+                self.config.seed,
+                "flea/share",
+                client_id,
+                self.data.client_sizes[client_id],
+                self.share_fraction,
+                self.share_with_replacement,
+                self.share_min_samples,
+            )
+        return self._positions[client_id]
+
+    def dcor_weight_at(self, round_idx: int) -> float:
+        if round_idx == 0 and self.warmup:
+            return self.warmup_dcor_weight
+        return dcor_weight_at(
+            round_idx, self.dcor_weight, self.dcor_schedule, self.dcor_decay, self.dcor_floor
+        )
+
+    @property
+    def buffer_size(self) -> int:
+        features = self.buffer.get("features")
+        return 0 if features is None else int(features.shape[0])
+
+    # ------------------------------------------------------------------ phase 1: train
+    def broadcast(self, round_idx: int) -> Message:
+        return Message(weights=self.flat.flatten(self.model), payload=dict(self.buffer))
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        model = self.load_weights(client.model, message.weights)
+        teacher = self.load_weights(self.teacher, message.weights).eval()
+        features = message.payload.get("features")
+        labels = message.payload.get("labels")
+        warm = client.round == 0 and self.warmup
+        epochs = client.train.local_epochs * (self.warmup_epoch_multiplier if warm else 1)
+        lam2 = self.dcor_weight_at(client.round)  # the warm-up weight in round 0
+        use_buffer = not warm and features is not None and features.shape[0] > 0
+        buffer_batches: Iterator[torch.Tensor] | None = None
+        if use_buffer:
+            buffer_batches = cycle_batches(
+                features.shape[0], client.train.batch_size, client.rng("buffer"), client.device
+            )
+        rng = numpy_rng(client.seed, f"{client.phase}/mixup", client.round, client.id)
+
+        model.train()
+        optimizer = client.make_optimizer(model.parameters())
+        total = torch.zeros((), device=client.device)
+        dcor_total = torch.zeros((), device=client.device)
+        steps = dcor_steps = 0
+        for x, y in client.batches(epochs=epochs):
+            optimizer.zero_grad(set_to_none=True)
+            f = model.encode(x, self.split)
+            if x.shape[0] > 1:  # dCor needs two samples; a last batch of one gets no term
+                with torch.set_grad_enabled(bool(lam2)):
+                    dcor = distance_correlation(x, f, self.dcor_variant)  # type: ignore[arg-type]
+                dcor_total += dcor.detach()
+                dcor_steps += 1
+            else:
+                dcor = torch.zeros((), device=x.device)
+            if warm:
+                loss = self._warmup_loss(model, teacher, x, y, f)
+            elif buffer_batches is None:
+                loss = F.cross_entropy(model.decode(f, self.split), y)
+            else:
+                take = next(buffer_batches)
+                loss = self._mixed_loss(model, teacher, y, f, features[take], labels[take], rng)
+            if lam2:
+                loss = loss + lam2 * dcor
+            loss.backward()
+            optimizer.step()
+            total += loss.detach()
+            steps += 1
+        mean = total / max(steps, 1)
+        if not torch.isfinite(mean):
+            raise NonFiniteLossError(
+                f"client {client.id} got a non-finite training loss in round {client.round}; "
+                f"lower train.lr or check the data"
+            )
+        return Update(
+            client.id,
+            client.num_samples,
+            weights=self.flat.flatten(model),
+            metrics={"train_loss": mean, "train_dcor": dcor_total / max(dcor_steps, 1)},
+        )
+
+    def _warmup_loss(
+        self,
+        model: nn.Module,
+        teacher: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        f: torch.Tensor,
+    ) -> torch.Tensor:
+        """Round 0 of the code: CE + warmup_kd·KL(θ^(1)(x) ‖ θ_k(x)) on raw local data."""
+        logits = model.decode(f, self.split)
+        loss = F.cross_entropy(logits, y)
+        if self.warmup_kd_weight:
+            with torch.no_grad():
+                target = teacher(x)
+            kd = distillation_kl(logits, target, self.kd_temperature, self.kd_direction)
+            loss = loss + self.warmup_kd_weight * kd
+        return loss
+
+    def _mixed_loss(
+        self,
+        model: nn.Module,
+        teacher: nn.Module,
+        y: torch.Tensor,
+        f: torch.Tensor,
+        f_buf: torch.Tensor,
+        y_buf: torch.Tensor,
+        rng: Any,
+    ) -> torch.Tensor:
+        """Eq. 2 mix-up of local and buffer activations; soft-label CE, local CE and KD."""
+        n = min(f.shape[0], f_buf.shape[0])
+        f_buf, y_buf = f_buf[:n], y_buf[:n]
+        beta = beta_weights(n, self.beta_a, rng, self.beta_per_sample, f.device)
+        f_mix = mix_pair(f[:n], f_buf, beta)
+        y_mix = mix_labels(y[:n], y_buf, beta, self.num_classes)
+        z_mix = model.decode(f_mix, self.split)
+        loss = self.mix_ce_weight * soft_cross_entropy(z_mix, y_mix)
+        if self.local_ce_weight:
+            loss = loss + self.local_ce_weight * F.cross_entropy(model.decode(f, self.split), y)
+        if self.kd_weight:
+            if self.kd_input == "buffer":
+                student = model.decode(f_buf, self.split)
+                with torch.no_grad():
+                    target = teacher.decode(f_buf, self.split)
+            else:
+                student = z_mix
+                target = teacher.decode(f_mix, self.split)
+            kd = distillation_kl(student, target, self.kd_temperature, self.kd_direction)
+            loss = loss + self.kd_weight * kd
+        return loss
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        received: list[Update] = []
+        self.load_weights(self.model, self.average_weights(updates, collect=received))
+        if self.buffer_size:
+            self.exposure.record_delivery(self.buffer_owners, [u.client_id for u in received])
+        self.round_metrics = {
+            "buffer_size": self.buffer_size,
+            "dcor_weight": self.dcor_weight_at(round_idx),
+            **self.exposure.metrics(),
+        }
+
+    # ------------------------------------------------------------------ phase 2: share
+    def broadcast_model(self, round_idx: int) -> Message:
+        return Message(weights=self.flat.flatten(self.model))
+
+    def _extract(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        model.train(self.extract_bn_mode == "train")
+        with torch.no_grad():
+            return model.encode(x, self.split)
+
+    def extract(self, client: Client, message: Message) -> Update:
+        """F_k^(t+1): activations of S_k under the new global model, with their labels."""
+        positions = self.share_positions(client.id).to(client.device)
+        if positions.numel() == 0:
+            return Update(client.id, client.num_samples)
+        model = self.load_weights(client.model, message.weights)
+        x, y = client.dataset.train_batch(client.indices[positions])
+        return Update(
+            client.id,
+            client.num_samples,
+            payload={"features": self._extract(model, x), "labels": y},
+        )
+
+    def collect(self, updates: Iterable[Update], round_idx: int) -> None:
+        """The new buffer: only this round's uploads (the old buffer is discarded)."""
+        features, labels, owners, sources = [], [], [], []
+        for update in updates:
+            if not update.payload:
+                continue
+            positions = self.share_positions(update.client_id)
+            self.exposure.record_shared(update.client_id, positions)
+            features.append(update.payload["features"])
+            labels.append(update.payload["labels"])
+            owners.append(update.client_id)
+            idx = self.data.client_indices[update.client_id][positions.to(self.device)]
+            sources.append(self.data.dataset.train_batch(idx)[0])
+        self.buffer = (
+            {"features": torch.cat(features), "labels": torch.cat(labels)} if features else {}
+        )
+        self.buffer_owners = owners
+        self.round_metrics.update(shared_items=self.buffer_size, **self.exposure.metrics())
+        if features:
+            value = mean_distance_correlation(
+                torch.cat(sources), self.buffer["features"], self.metric_chunk
+            )
+            if value is not None:
+                self.shared_dcor_history.append(value)
+                self.round_metrics["shared_dcor"] = value
+
+    # ------------------------------------------------------------------ results, checkpoint
+    def summary_metrics(self) -> dict[str, Any]:
+        history = self.shared_dcor_history
+        return {
+            **self.exposure.metrics(),
+            "exposure_data_per_client": [round(v, 4) for v in self.exposure.data_fractions()],
+            "shared_dcor": history[-1] if history else None,
+            "shared_dcor_mean": sum(history) / len(history) if history else None,
+            "split_layer": self.split,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "buffer": dict(self.buffer),
+            "buffer_owners": list(self.buffer_owners),
+            "exposure": self.exposure.state_dict(),
+            "shared_dcor_history": list(self.shared_dcor_history),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.buffer = {k: v.to(self.device) for k, v in state["buffer"].items()}
+        self.buffer_owners = list(state["buffer_owners"])
+        self.exposure.load_state_dict(state["exposure"])
+        self.shared_dcor_history = list(state["shared_dcor_history"])

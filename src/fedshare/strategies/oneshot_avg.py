@@ -1,0 +1,71 @@
+"""One-shot averaging of local heads (FedPFT's "Average"/AVG baseline: one-shot FedAvg).
+
+Spec: /work/shared/specs/fedpft.md §4.3 (Average), §7 A8, A14.
+
+One round: each client trains a linear head on its own features from a common initialisation
+(`feature_heads.local_head`, the run's `train` settings) and uploads it once (C·d + C numbers
+in `head_dtype`, counted as `bytes_up`); the global head is the n_i-weighted mean of the
+clients' W and b (§7 A14; the paper does not say which weighting).
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from torch import nn
+
+from fedshare.engine.aggregation import RunningMean
+from fedshare.engine.client import Client
+from fedshare.errors import FedshareError, choices_message
+from fedshare.functional.gmm import WIRE_DTYPES
+from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
+from fedshare.strategies.feature_heads import (
+    FeatureClassifier,
+    head_vector,
+    linear_head,
+    load_head,
+    local_head,
+    require_one_round,
+    split_head_vector,
+)
+
+
+@register_strategy("oneshot_avg")
+@dataclass
+class OneShotAverage(Strategy):
+    """The sample-weighted mean of locally trained heads, after one upload."""
+
+    head_dtype: str = "float16"
+    l2_normalize: bool = False
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        require_one_round(self.name, ctx.config)
+        if self.head_dtype not in WIRE_DTYPES:
+            raise FedshareError(
+                choices_message("strategy.head_dtype", self.head_dtype, list(WIRE_DTYPES))
+            )
+        self.head = linear_head(ctx.model)
+
+    def broadcast(self, round_idx: int) -> Message:
+        return Message()
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        head = local_head(
+            client, self.data.dataset.num_classes, self.config.seed, self.l2_normalize
+        )
+        return Update(
+            client.id, client.num_samples, weights=head_vector(head, WIRE_DTYPES[self.head_dtype])
+        )
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        mean = RunningMean()
+        for update in updates:
+            if update.weights is not None and update.num_samples > 0:
+                mean.add(update.weights.float(), update.aggregation_weight)
+        w, b = split_head_vector(mean.value(), self.head.in_features, self.head.out_features)
+        load_head(self.head, w, b)
+
+    def global_model(self) -> nn.Module:
+        if self.l2_normalize:
+            return FeatureClassifier(self.model, self.head, l2_normalize=True)
+        return self.model

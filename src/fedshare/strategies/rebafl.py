@@ -1,0 +1,174 @@
+"""ReBaFL (Xu, Yang, Ding, Huang, arXiv 2303.06314): re-balanced local classifier training for
+label skew with client dropout. Spec: specs/rebafl.md §2 (algorithm), §7 (choices).
+
+Client (§2.5): R-BSM loss CE(z + log π̂_i, y) with the relaxed prior of its own class counts
+(Eq. 10), plus μ × the R-BSM loss of the classifier alone on features moved to the class
+k mod C of their batch position, h̃ = P_t + λ(h − P_y) (Eq. 15, features detached, prior
+recomputed from the augmented labels, §2.4). After training it uploads the class means of
+its penultimate features (Eq. 21) with their class counts. Server (§2.6): sample-weighted
+FedAvg of the whole model and the class-count-weighted mean of the prototypes (Eq. 23);
+classes no active client reported have no global prototype next round.
+
+Choices (§7): prototypes live in the classifier-input space `model.features(x)` (§7.1; the
+code's projection-head space is not offered since the zoo's models have no such head);
+`refresh_own_prototypes` overwrites the client's own classes with means under the received
+model before training (Eq. 18, §7.2; false = the code); `prototype_memory="last"` keeps a
+class's last global prototype (§7.3; default none); clients with fewer than
+`min_classes_for_aug` classes neither augment nor upload prototypes (§7.4, the code).
+With μ = 0 nothing but the weights is exchanged (the R-BSM-only ablation).
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.engine.client import Client
+from fedshare.errors import FedshareError, choices_message
+from fedshare.functional import prototypes as protos
+from fedshare.functional.calibration import check_eps, log_relaxed_prior
+from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
+from fedshare.strategies.calibrated import client_class_counts
+from fedshare.strategies.local import LossFn, train_local
+
+MEMORY = ("none", "last")
+
+
+@register_strategy("rebafl")
+@dataclass
+class ReBaFL(Strategy):
+    """R-BSM local training + prototype-based classifier augmentation (spec §2)."""
+
+    eps: float = 0.01
+    mu: float = 0.1
+    lam: float = 1.0
+    refresh_own_prototypes: bool = True
+    prototype_memory: str = "none"
+    min_classes_for_aug: int = 2
+    client_eps: dict[str, float] | None = None
+    """Optional per-client ε override, {client id: ε} (§7.15); others use `eps`."""
+
+    def setup(self, ctx: SetupContext) -> None:
+        check_eps(self.eps)
+        for value in (self.client_eps or {}).values():
+            check_eps(float(value))
+        if self.mu < 0:
+            raise FedshareError(f"strategy.mu={self.mu} must be non-negative")
+        if self.prototype_memory not in MEMORY:
+            raise FedshareError(
+                choices_message("strategy.prototype_memory", self.prototype_memory, list(MEMORY))
+            )
+        if not hasattr(ctx.model, "features") or not hasattr(ctx.model, "head"):
+            raise FedshareError(
+                f"strategy rebafl needs a model with `features(x)` and a `head` (a BlockModel); "
+                f"{type(ctx.model).__name__} has not"
+            )
+        super().setup(ctx)
+        self.num_classes = ctx.data.dataset.num_classes
+        self.dim = int(ctx.model.head.in_features)
+        self.prototypes = torch.zeros(self.num_classes, self.dim, device=ctx.device)
+        self.proto_mask = torch.zeros(self.num_classes, dtype=torch.bool, device=ctx.device)
+
+    def client_eps_of(self, client_id: int) -> float:
+        overrides = {int(k): float(v) for k, v in (self.client_eps or {}).items()}
+        return overrides.get(client_id, self.eps)
+
+    # ------------------------------------------------------------------ server -> client
+    def broadcast(self, round_idx: int) -> Message:
+        payload = {}
+        if self.mu > 0 and bool(self.proto_mask.any()):
+            payload = protos.pack(self.prototypes, self.proto_mask.float(), self.proto_mask)
+            del payload["proto_counts"]  # clients need only the prototypes and their classes
+        return Message(weights=self.flat.flatten(self.model), payload=payload)
+
+    # ------------------------------------------------------------------ client
+    def client_update(self, client: Client, message: Message) -> Update:
+        model = self.load_weights(client.model, message.weights)
+        counts = client_class_counts(client).to(client.device)
+        eps = self.client_eps_of(client.id)
+        log_prior = log_relaxed_prior(counts, eps)
+        shares = self.mu > 0 and int((counts > 0).sum()) >= self.min_classes_for_aug
+        loss_fn = self._plain_loss(log_prior)
+        augment = False
+        if shares:
+            x_all, y_all = client.data()
+            P, _, mask = protos.unpack(message.payload, self.num_classes, self.dim, client.device)
+            augment = bool(mask.any())  # no prototypes yet in round 0
+            if augment and self.refresh_own_prototypes:  # Eq. 18
+                own, own_counts = protos.feature_prototypes(model, x_all, y_all, self.num_classes)
+                P = torch.where((own_counts > 0).unsqueeze(1), own, P)
+                mask = mask | (own_counts > 0)
+            if augment:
+                loss_fn = self._loss_fn(log_prior, eps, P, mask)
+        loss = train_local(client, model, loss_fn)
+        payload: dict[str, torch.Tensor] = {}
+        if shares:  # Eq. 21, with the trained local model
+            local, local_counts = protos.feature_prototypes(model, x_all, y_all, self.num_classes)
+            payload = protos.pack(local, local_counts)
+        return Update(
+            client.id,
+            client.num_samples,
+            weights=self.flat.flatten(model),
+            payload=payload,
+            metrics={"train_loss": loss, "augmented": float(augment)},
+        )
+
+    @staticmethod
+    def _plain_loss(log_prior: torch.Tensor) -> LossFn:
+        def loss_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(model(x) + log_prior, y)
+
+        return loss_fn
+
+    def _loss_fn(
+        self, log_prior: torch.Tensor, eps: float, P: torch.Tensor, mask: torch.Tensor
+    ) -> LossFn:
+        """L = R-BSM(z, y) + μ·R-BSM_aug(φ(h̃), ỹ) with h̃ detached (§2.4 steps 1–6)."""
+        num_classes, mu, lam = self.num_classes, self.mu, self.lam
+
+        def loss_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            h = model.features(x)
+            main = F.cross_entropy(model.head(h) + log_prior, y)
+            h_aug, y_aug = protos.transfer_features(h.detach(), y, P, mask, lam)
+            aug_counts = torch.bincount(y_aug, minlength=num_classes).float()
+            aug_prior = log_relaxed_prior(aug_counts, eps)
+            return main + mu * F.cross_entropy(model.head(h_aug) + aug_prior, y_aug)
+
+        return loss_fn
+
+    # ------------------------------------------------------------------ server
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        averager = protos.PrototypeAverager(self.num_classes, self.dim, self.device)
+
+        def reported() -> Iterable[Update]:
+            for update in updates:
+                if update.payload.get("proto_classes") is not None:
+                    P, counts, _ = protos.unpack(
+                        update.payload, self.num_classes, self.dim, self.device
+                    )
+                    averager.add(P, counts)
+                yield update
+
+        self.load_weights(self.model, self.average_weights(reported()))
+        new, mask = averager.result()
+        if self.prototype_memory == "last":
+            new = torch.where(mask.unsqueeze(1), new, self.prototypes)
+            mask = mask | self.proto_mask
+        self.prototypes, self.proto_mask = new, mask
+        self.round_metrics = {"prototype_classes": int(mask.sum())}
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "prototypes": self.prototypes.clone(),
+            "proto_mask": self.proto_mask.clone(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.prototypes = state["prototypes"].to(self.device)
+        self.proto_mask = state["proto_mask"].to(self.device)

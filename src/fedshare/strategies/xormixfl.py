@@ -1,0 +1,330 @@
+"""XorMixFL and MixFL (Shin et al. 2020, "XOR Mixup"): one-shot sharing of encoded samples.
+
+Spec: /work/shared/specs/xormixfl.md. Devices blend p samples per label (Eq. 1, §3.2), encode
+their target-label blends with M dummy-label blends and upload the codes once (Algorithm 1,
+§3.5); the server tops its target labels up to its largest class (§3.6, A6), trains the global
+model centrally on its base samples plus the shared samples, and the run ends (one round).
+
+- XorMixFL: code = g^p(T) ⊕ g^p(D₁) ⊕ … ⊕ g^p(D_M) on uint8 pixel bytes (Eq. 2, A1, A4
+  `xor_each`); the server decodes with blends of its own samples of the same dummy labels
+  (Eq. 3) and labels the result with the target (hard label).
+- MixFL (the paper's ablation, A10): the device uploads the Mixup α-fold of
+  [g^p(T), g^p(D₁), …, g^p(D_M)] quantised to uint8; the server uses it directly with the
+  Mixup soft label (or the hard target label).
+
+Privacy (§4, A11): `summary.json` gets the MDS distance of the augmented samples (decoded /
+mixed) to the device's raw contributors (`mds_mean`, `mds_std`), the same for what is
+actually uploaded (`mds_upload_*`, §9), and `upload_target_exposed`, the mean fraction of the
+target blend's non-zero pixels that the upload carries unchanged. To measure them the
+simulation keeps each device's contributor indices on the side (instrumentation, never sent).
+
+Choices where the paper is silent are the spec's recommendations (A1–A14). Deviations: the
+dummy labels a device may pick are those the server also holds (so every code can be
+decoded); the `pool` reading of M > 1 (A4) is not offered.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fedshare.engine.client import Client
+from fedshare.engine.rng import torch_generator
+from fedshare.errors import FedshareError, choices_message
+from fedshare.functional.mixup import ORDERS, fold_weights, mix, soft_labels
+from fedshare.functional.xor_mixup import (
+    blend,
+    blend_by_label,
+    draw_distinct,
+    from_bytes,
+    quantize,
+    to_bytes,
+    xor_code,
+)
+from fedshare.privacy.mds import distance_stats, min_contributor_distance
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
+from fedshare.strategies.oneshot import OneShotServer
+
+
+@dataclass
+class SampleSharing(OneShotServer):
+    """Shared pipeline: quotas, device-side blending and encoding, server training, MDS."""
+
+    p: int = 1
+    """Samples per blend (Eq. 1); p = 1 is the raw sample (α then has no effect)."""
+    alpha: float = 0.5
+    """Blend ratio α of Eq. 1."""
+    M: int = 1
+    """Dummy labels per shared sample."""
+    dummy_labels: list[int] | None = None
+    """Fixed dummy labels (the first M are used; Tables 3–4: [3, 4, 5]); None: random per sample."""
+    target_labels: list[int] | None = None
+    """Deficient labels; None: the partition's `info["target_labels"]`, else the server's
+    short labels."""
+    quota: int | None = None
+    """Shared samples per target label in all; None: the server's largest class minus its own."""
+    blend_order: str = "fold_left"
+    binarize: bool = False
+    """Blend and encode {0, 255} images instead of uint8 grey levels (§3.1 option)."""
+    mds_dims: int | None = None
+    """MDS distances in a k-dim classical-MDS embedding instead of the exact pixel space."""
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        self._check_params()
+        counts = torch.as_tensor(ctx.data.partition.class_counts[self.server])
+        c = len(counts)
+        targets = self.target_labels
+        if targets is None:
+            targets = ctx.data.partition.info.get("target_labels")
+        if targets is None:
+            targets = torch.nonzero(counts < counts.max()).flatten().tolist()
+        if not targets or not all(0 <= int(t) < c for t in targets):
+            raise FedshareError(
+                f"strategy.target_labels={targets} must be a non-empty list of classes in 0…{c - 1}"
+            )
+        self.targets = [int(t) for t in targets]
+        per_label = [
+            self.quota if self.quota is not None else int(counts.max() - counts[t])
+            for t in self.targets
+        ]
+        table = torch.zeros(ctx.data.num_clients, len(self.targets), dtype=torch.int32)
+        u = len(self.devices)
+        for j, q in enumerate(per_label):  # as even as possible over the devices (A6: 64/63/63)
+            for rank, device in enumerate(self.devices):
+                table[device, j] = q // u + (rank < q % u)
+        self.quota_table = table
+        held = [k for k in range(c) if counts[k] > 0 and k not in self.targets]
+        if self.dummy_labels is not None:
+            if len(self.dummy_labels) < self.M:
+                raise FedshareError(
+                    f"strategy.dummy_labels={self.dummy_labels} has fewer than M={self.M} labels"
+                )
+            pool = [int(d) for d in self.dummy_labels[: self.M]]
+            bad = [d for d in pool if d not in held]
+            if bad:
+                raise FedshareError(
+                    f"strategy.dummy_labels {bad} are target labels or not held by the server; "
+                    f"valid: {held}"
+                )
+        else:
+            pool = held
+        if len(pool) < self.M:
+            raise FedshareError(
+                f"strategy.M={self.M} dummy labels per sample but only {len(pool)} non-target "
+                f"labels ({pool}) are available"
+            )
+        self.dummy_pool = pool
+        self._audit: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _check_params(self) -> None:
+        if self.p < 1 or self.M < 1:
+            raise FedshareError(f"strategy.p={self.p} and strategy.M={self.M} must be >= 1")
+        if not 0.0 < self.alpha < 1.0:
+            raise FedshareError(f"strategy.alpha={self.alpha} must lie in (0, 1)")
+        if self.blend_order not in ORDERS:
+            raise FedshareError(choices_message("strategy.blend_order", self.blend_order, ORDERS))
+        if self.quota is not None and self.quota < 0:
+            raise FedshareError(f"strategy.quota={self.quota} must not be negative")
+        if self.mds_dims is not None and self.mds_dims < 1:
+            raise FedshareError(f"strategy.mds_dims={self.mds_dims} must be >= 1 or null")
+
+    # ------------------------------------------------------------------ server -> devices
+    def broadcast(self, round_idx: int) -> Message:
+        """Step 0 of §3.7: the target labels, every device's quotas and the usable dummies."""
+        return Message(
+            payload={
+                "target_labels": torch.tensor(self.targets, dtype=torch.int16),
+                "quota": self.quota_table,
+                "dummy_labels": torch.tensor(self.dummy_pool, dtype=torch.int16),
+            }
+        )
+
+    # ------------------------------------------------------------------ device
+    def encode(
+        self, target: torch.Tensor, dummies: torch.Tensor, labels: torch.Tensor
+    ) -> torch.Tensor:
+        """The uploaded uint8 sample from the target blend (n, ...), dummy blends (n, M, ...)."""
+        raise NotImplementedError
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        """Algorithm 1: for each target label, `quota` codes of fresh blends (with replacement
+        across codes, distinct within a blend; A14); one upload."""
+        if client.id not in self.devices:
+            return Update(client.id, 0)
+        ds = self.data.dataset
+        x = to_bytes(ds.x_train[client.indices], ds.scale)
+        y = ds.y_train[client.indices]
+        gen = client.rng("encode")
+        usable = [d for d in self.dummy_pool if bool((y == d).any())]
+        if len(usable) < self.M:
+            raise FedshareError(
+                f"device {client.id} holds only {len(usable)} of the dummy labels "
+                f"{self.dummy_pool}, fewer than strategy.M={self.M}"
+            )
+        pool = torch.tensor(usable, device=x.device)
+        codes, labels, contributors, target_blends = [], [], [], []
+        for j, t in enumerate(self.targets):
+            q = int(message.payload["quota"][client.id, j])
+            if q == 0 or not bool((y == t).any()):
+                continue  # nothing asked, or this device holds no sample of label t
+            t_ids = torch.full((q,), t, device=x.device)
+            t_blend, t_pos = blend_by_label(x, y, t_ids, self.p, *self._blend_args(gen))
+            if self.dummy_labels is None:  # fresh random dummy labels per code (A5)
+                pick = draw_distinct(len(usable), q, self.M, gen, x.device)
+                d_ids = pool[pick]
+            else:
+                d_ids = pool.expand(q, -1)
+            d_blend, d_pos = blend_by_label(x, y, d_ids, self.p, *self._blend_args(gen))
+            ids = torch.cat([t_ids[:, None], d_ids], dim=1)
+            codes.append(self.encode(t_blend, d_blend, ids))
+            labels.append(ids)
+            contributors.append(client.indices[torch.cat([t_pos, d_pos.flatten(1)], dim=1)])
+            target_blends.append(t_blend)
+        if not codes:
+            return Update(client.id, 0)
+        self._audit[client.id] = (torch.cat(contributors), torch.cat(target_blends))
+        upload = torch.cat(codes)
+        dtype = torch.uint8 if ds.num_classes <= 256 else torch.int64
+        return Update(
+            client.id,
+            len(upload),
+            payload={"samples": upload, "labels": torch.cat(labels).to(dtype)},
+        )
+
+    def _blend_args(self, gen: torch.Generator) -> tuple[float, torch.Generator, str, bool]:
+        return self.alpha, gen, self.blend_order, self.binarize
+
+    # ------------------------------------------------------------------ server
+    def augment(
+        self, uploads: torch.Tensor, labels: torch.Tensor, round_idx: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(augmented uint8 samples, their training labels, server key positions or None)."""
+        raise NotImplementedError
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        """Algorithm 2: collect, decode (XorMixFL) or use as is (MixFL), train on base + shared."""
+        received = [u for u in updates if u.payload]
+        ds = self.data.dataset
+        x_base, y_base = self.server_data()
+        if not received:
+            self.train_server(x_base, y_base, round_idx)
+            self._summary = {"shared_samples": 0}
+            return
+        uploads = torch.cat([u.payload["samples"] for u in received])
+        labels = torch.cat([u.payload["labels"] for u in received]).long()
+        audits = [self._audit.pop(u.client_id) for u in received]
+        contributors = torch.cat([a[0] for a in audits])
+        target_blends = torch.cat([a[1] for a in audits])
+        augmented, y_shared, server_keys = self.augment(uploads, labels, round_idx)
+        if y_shared.dim() == 2:  # soft labels: give the base samples one-hot rows
+            y_base = F.one_hot(y_base, ds.num_classes).float()
+        x = torch.cat([x_base, from_bytes(augmented, ds.scale, ds.x_train.dtype)])
+        self.train_server(x, torch.cat([y_base, y_shared]), round_idx)
+        self._summary = self._privacy(uploads, augmented, contributors, target_blends, server_keys)
+        self._summary.update(shared_samples=len(uploads), target_labels=self.targets)
+        self.round_metrics.update(self._summary)
+
+    def _privacy(
+        self,
+        uploads: torch.Tensor,
+        augmented: torch.Tensor,
+        contributors: torch.Tensor,
+        target_blends: torch.Tensor,
+        server_keys: torch.Tensor | None,
+    ) -> dict[str, Any]:
+        """MDS of the augmented and of the uploaded samples (§4, §9), and pixel exposure."""
+        ds = self.data.dataset
+        raw = to_bytes(ds.x_train[contributors], ds.scale)
+        keys = raw if server_keys is None else torch.cat([raw, server_keys], dim=1)
+        stats = distance_stats(min_contributor_distance(augmented, keys, self.mds_dims))
+        upload = min_contributor_distance(uploads, raw, self.mds_dims)
+        stats.update(distance_stats(upload, "mds_upload"))
+        ink = (target_blends != 0).flatten(1)
+        same = ((uploads == target_blends).flatten(1) & ink).sum(1)
+        stats["upload_target_exposed"] = float((same / ink.sum(1).clamp_min(1)).mean())
+        return stats
+
+
+@register_strategy("xormixfl")
+@dataclass
+class XorMixFL(SampleSharing):
+    """XorMixFL (specs/xormixfl.md §3.3–3.6): XOR-encoded target samples, decoded at the server
+    with its own dummy blends; hard target labels."""
+
+    multi_dummy_mode: str = "xor_each"
+    """M > 1 (A4): `xor_each` XORs M blends; `preblend` first blends them into one (Eq. 1)."""
+    include_server_keys: bool = False
+    """Count the server's key samples among the contributors of a decoded sample (A11)."""
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        modes = ("xor_each", "preblend")
+        if self.multi_dummy_mode not in modes:
+            raise FedshareError(
+                choices_message("strategy.multi_dummy_mode", self.multi_dummy_mode, list(modes))
+            )
+
+    def _keys(self, blends: torch.Tensor) -> torch.Tensor:
+        if self.multi_dummy_mode == "xor_each" or blends.shape[1] == 1:
+            return blends
+        return blend(blends, self.alpha, self.blend_order, self.binarize)[:, None]
+
+    def encode(
+        self, target: torch.Tensor, dummies: torch.Tensor, labels: torch.Tensor
+    ) -> torch.Tensor:
+        return xor_code(target, self._keys(dummies))  # Eq. 2
+
+    def augment(
+        self, uploads: torch.Tensor, labels: torch.Tensor, round_idx: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        ds = self.data.dataset
+        x_base, y_base = self.server_data()
+        gen = torch_generator(self.config.seed, "server/decode", round_idx, device=self.device)
+        keys, pos = blend_by_label(
+            to_bytes(x_base, ds.scale), y_base, labels[:, 1:], self.p, *self._blend_args(gen)
+        )
+        decoded = xor_code(uploads, self._keys(keys))  # Eq. 3
+        server_keys = None
+        if self.include_server_keys:
+            server_idx = self.data.client_indices[self.server][pos.flatten(1)]
+            server_keys = to_bytes(ds.x_train[server_idx], ds.scale)
+        return decoded, labels[:, 0], server_keys
+
+
+@register_strategy("mixfl")
+@dataclass
+class MixFL(SampleSharing):
+    """MixFL (specs/xormixfl.md §3.9, A10): devices upload the Mixup α-fold of the target blend
+    and the M dummy blends; the server trains on it as is, with the Mixup soft label."""
+
+    mix_ratio: float | None = None
+    """Target-vs-dummy ratio of the fold; None: `alpha` (A10 offers a fixed 0.5)."""
+    label: str = "soft"
+    """`soft`: Mixup label distribution; `hard`: the target label."""
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.label not in ("soft", "hard"):
+            raise FedshareError(choices_message("strategy.label", self.label, ["soft", "hard"]))
+        if self.mix_ratio is not None and not 0.0 < self.mix_ratio < 1.0:
+            raise FedshareError(f"strategy.mix_ratio={self.mix_ratio} must lie in (0, 1)")
+
+    def _weights(self) -> torch.Tensor:
+        ratio = self.alpha if self.mix_ratio is None else self.mix_ratio
+        return fold_weights(ratio, self.M + 1, self.blend_order)
+
+    def encode(
+        self, target: torch.Tensor, dummies: torch.Tensor, labels: torch.Tensor
+    ) -> torch.Tensor:
+        stacked = torch.cat([target[:, None], dummies], dim=1)
+        return quantize(mix(stacked, self._weights()).double())
+
+    def augment(
+        self, uploads: torch.Tensor, labels: torch.Tensor, round_idx: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        if self.label == "hard":
+            return uploads, labels[:, 0], None
+        return uploads, soft_labels(labels, self._weights(), self.data.dataset.num_classes), None

@@ -1,0 +1,313 @@
+"""FLea, FedMix, FedData (flea.md): §9 A unit properties, buffer lifecycle, exposure, resume."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedshare import api
+from fedshare.config import TrainConfig
+from fedshare.engine.optim import learning_rate, make_optimizer
+from fedshare.engine.sampling import CohortSampler
+from fedshare.errors import FedshareError
+from fedshare.functional.losses import distillation_kl, soft_cross_entropy
+from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
+from fedshare.models import build_model
+from fedshare.privacy.exposure import ExposureTracker, expected_pair_exposure
+from fedshare.strategies import make_strategy
+from fedshare.strategies.flea import dcor_weight_at
+from helpers import digits_federation, without_wall_time
+
+TRAIN = {
+    "optimizer": "adam",
+    "lr": 1e-3,
+    "local_epochs": 1,
+    "batch_size": 32,
+    "optimizer_reset_each_step": True,
+}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small models run fastest on one thread, and a loaded shared machine makes two threads
+    wait on each other at every operation; restore the setting afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def digits20():
+    return digits_federation(partition={"name": "dirichlet", "alpha": 0.3}, num_clients=10)
+
+
+def run(strategy, data, rounds=3, fraction=0.3, **kwargs):
+    strat = (
+        make_strategy(strategy, kwargs.pop("params", {})) if isinstance(strategy, str) else strategy
+    )
+    return api.simulate(
+        strat,
+        data,
+        "cnn_small",
+        rounds=rounds,
+        clients={"fraction": fraction},
+        train=TRAIN,
+        device="cpu",
+        **kwargs,
+    )
+
+
+# --------------------------------------------------------------------------- §9 A5: mix-up
+def test_beta_two_two_moments_and_per_batch_draws():
+    beta = beta_weights(100_000, 2.0, np.random.default_rng(0))
+    assert float(beta.mean()) == pytest.approx(0.5, abs=0.005)
+    assert float(beta.var()) == pytest.approx(0.05, abs=0.002)
+    one = beta_weights(8, 2.0, np.random.default_rng(1), per_sample=False)
+    assert one.shape == (8,) and torch.all(one == one[0])
+
+
+def test_mixup_identities():
+    f, fb = torch.randn(5, 3, 4, 4), torch.randn(5, 3, 4, 4)
+    assert torch.equal(mix_pair(f, fb, torch.ones(5)), f)
+    assert torch.equal(mix_pair(f, fb, torch.zeros(5)), fb)
+    beta = beta_weights(5, 2.0, np.random.default_rng(2))
+    mixed = mix_pair(f, fb, beta)
+    assert torch.allclose(mixed[2], beta[2] * f[2] + (1 - beta[2]) * fb[2])
+    y_mix = mix_labels(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([4, 4, 1, 0, 2]), beta, 6)
+    assert torch.allclose(y_mix.sum(1), torch.ones(5))
+    assert y_mix[0, 0] == pytest.approx(float(beta[0])) and y_mix[0, 4] == pytest.approx(
+        1 - float(beta[0])
+    )
+    soft = mix_labels(torch.tensor([1]), torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([0.5]), 3)
+    assert torch.allclose(soft, torch.tensor([[0.25, 0.75, 0.0]]))
+
+
+def test_soft_cross_entropy_and_distillation():
+    logits, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 3, 0, 1])
+    assert soft_cross_entropy(logits, F.one_hot(y, 4).float()) == pytest.approx(
+        float(F.cross_entropy(logits, y))
+    )
+    teacher = torch.randn(6, 4)
+    assert distillation_kl(logits, logits) == pytest.approx(0.0, abs=1e-7)
+    expected = F.kl_div(F.log_softmax(logits, 1), F.softmax(teacher, 1), reduction="batchmean")
+    assert distillation_kl(logits, teacher) == pytest.approx(float(expected), rel=1e-5)
+    reverse = F.kl_div(F.log_softmax(teacher, 1), F.softmax(logits, 1), reduction="batchmean")
+    assert distillation_kl(logits, teacher, direction="student_to_teacher") == pytest.approx(
+        float(reverse), rel=1e-5
+    )
+    hot = distillation_kl(logits, teacher, temperature=2.0)
+    soft_t = F.kl_div(
+        F.log_softmax(logits / 2, 1), F.softmax(teacher / 2, 1), reduction="batchmean"
+    )
+    assert hot == pytest.approx(4 * float(soft_t), rel=1e-5)
+
+
+# --------------------------------------------------------------------------- §9 A11: schedules
+def test_learning_rate_and_dcor_weight_schedules():
+    cfg = TrainConfig(lr=1e-3, lr_schedule="linear", lr_decay=0.018, lr_floor=1e-4)
+    rates = [learning_rate(cfg, g) for g in (0, 1, 49, 50, 99)]
+    assert rates == pytest.approx([1e-3, 9.82e-4, 1.18e-4, 1e-4, 1e-4])
+    code = [dcor_weight_at(g, 3.0, "linear", 0.1, 1.0) for g in (1, 19, 20, 60)]
+    assert code == pytest.approx([2.9, 1.1, 1.0, 1.0])
+    assert dcor_weight_at(50, 3.0, "constant", 0.1, 1.0) == 3.0
+    assert dcor_weight_at(5, 0.0, "linear", 0.1, 1.0) == 0.0  # λ2 = 0 stays 0
+    flea = make_strategy("flea")
+    assert flea.warmup and flea.warmup_dcor_weight == 3.0
+
+
+def test_optimizer_reset_each_step_equals_a_new_adam_per_step():
+    torch.manual_seed(0)
+    a = torch.nn.Linear(5, 3)
+    b = copy.deepcopy(a)
+    cfg = TrainConfig(optimizer="adam", optimizer_reset_each_step=True)
+    opt = make_optimizer(a.parameters(), cfg, 1e-2)
+    for step in range(4):
+        x = torch.randn(8, 5, generator=torch.Generator().manual_seed(step))
+        for model, optimizer in ((a, opt), (b, torch.optim.Adam(b.parameters(), lr=1e-2))):
+            optimizer.zero_grad()
+            model(x).pow(2).sum().backward()
+            optimizer.step()
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.allclose(pa, pb)
+    keep = make_optimizer(a.parameters(), TrainConfig(optimizer="adam"), 1e-2)
+    a(torch.randn(2, 5)).sum().backward()
+    keep.step()
+    assert keep.state  # the default keeps the Adam moments
+
+
+# --------------------------------------------------------------------------- §9 A8: buffer
+@pytest.mark.parametrize(
+    ("model", "input_shape", "classes", "shape"),
+    [
+        ("mobilenetv2_cifar", (3, 32, 32), 10, (16, 32, 32)),
+        ("audionet", (2, 64, 344), 10, (16, 16, 86)),
+        ("harnet", (1, 128, 3), 6, (128, 20, 7)),
+    ],
+)
+def test_shared_layer_shapes_of_fleas_models(model, input_shape, classes, shape):
+    net = build_model(model, input_shape, classes).eval()
+    with torch.no_grad():
+        assert net.encode(torch.zeros(1, *input_shape), net.share_layer).shape[1:] == shape
+
+
+def test_buffer_lifecycle_bytes_and_exposure(digits20):
+    data = digits20
+    seen = []
+
+    def watch(sim, rounds_done, record):
+        strat = sim.strategy
+        seen.append(
+            (
+                sim.sampler.cohort(rounds_done - 1),
+                dict(strat.buffer),
+                list(strat.buffer_owners),
+                copy.deepcopy(strat.model),
+            )
+        )
+
+    result = run("flea", data, rounds=3, callbacks=[watch])
+    strat = result.strategy
+    sizes = data.client_sizes
+    pairs = torch.zeros(10, 10, dtype=torch.bool)
+    exposed = np.zeros(10)
+    for t, (cohort, buffer, owners, model) in enumerate(seen):
+        sharing = [c for c in cohort if sizes[c] >= 10]
+        assert owners == sharing  # only this round's participants, the old buffer is gone
+        expected = sum(int(0.1 * sizes[c]) for c in sharing)
+        assert buffer["features"].shape[0] == buffer["labels"].shape[0] == expected
+        idx = torch.cat([data.client_indices[c][strat.share_positions(c)] for c in sharing])
+        x, y = data.dataset.train_batch(idx)
+        model.eval()
+        with torch.no_grad():  # extracted by the *new* global model, BN in eval mode
+            assert torch.allclose(buffer["features"], model.encode(x, strat.split), atol=1e-5)
+        assert torch.equal(buffer["labels"], y)
+        record = result.history[t]
+        # round 0 has no buffer to send; later rounds send the previous buffer to the cohort
+        sent = 0 if t == 0 else _payload_bytes(seen[t - 1][1]) * len(cohort)
+        assert record["bytes_shared_round"] == sent + _payload_bytes(buffer)
+        assert record["buffer_size"] == (0 if t == 0 else seen[t - 1][1]["labels"].numel())
+        if t > 0:
+            for owner in seen[t - 1][2]:
+                pairs[owner, cohort] = True
+        for c in sharing:
+            exposed[c] = len(set(strat.share_positions(c).tolist())) / sizes[c]
+    summary = result.summary
+    assert summary["exposure_pairs"] == pytest.approx(float(pairs.float().mean()))
+    assert summary["exposure_data_mean"] == pytest.approx(exposed.mean())
+    assert 0 < summary["exposure_data_max"] <= 0.1
+    assert 0 < result.history[-1]["shared_dcor"] <= 1
+    assert 0 < result.history[-1]["train_dcor"] <= 1
+
+
+def _payload_bytes(payload: dict) -> int:
+    return sum(t.numel() * t.element_size() for t in payload.values())
+
+
+# --------------------------------------------------------------------------- §9 A9: exposure
+@pytest.mark.parametrize("clients", [100, 500])
+def test_directed_pair_exposure_follows_the_closed_form(clients):
+    sampler = CohortSampler(clients, clients // 10, np.ones(clients), seed=clients)
+    tracker = ExposureTracker([10] * clients)
+    values = {}
+    previous = None
+    for t in range(1, 101):
+        cohort = sampler.cohort(t - 1)
+        if previous is not None:
+            tracker.record_delivery(previous, cohort)
+        previous = cohort
+        values[t] = tracker.pair_exposure()
+    assert 0.37 <= values[50] <= 0.41 and 0.61 <= values[100] <= 0.65
+    assert values[50] == pytest.approx(expected_pair_exposure(50, 0.1), abs=0.02)
+
+
+def test_exposure_tracker_data_fractions_and_state():
+    tracker = ExposureTracker([10, 4, 0])
+    tracker.record_shared(0, torch.tensor([1, 1, 3]))
+    tracker.record_delivery([0], [0, 2])
+    assert tracker.data_fractions() == [0.2, 0.0, 0.0]
+    m = tracker.metrics()
+    assert m["exposure_pairs"] == pytest.approx(2 / 9)
+    assert m["exposure_clients"] == pytest.approx(1 / 3)
+    assert m["exposure_data_total"] == pytest.approx(2 / 14)
+    other = ExposureTracker([10, 4, 0])
+    other.load_state_dict(tracker.state_dict())
+    assert other.metrics() == m
+
+
+# --------------------------------------------------------------------------- FedMix, FedData
+def test_fedmix_shares_means_once_with_full_exposure(digits20):
+    data = digits20
+    result = run("fedmix", data, rounds=2)
+    strat = result.strategy
+    sizes = data.client_sizes
+    assert strat.pool_size == sum(n // 10 for n in sizes)
+    groups = strat.groups(3)
+    x, _ = data.dataset.train_batch(data.client_indices[3][groups.flatten()])
+    start = sum(n // 10 for n in sizes[:3])
+    means = strat.pool["means"][start : start + groups.shape[0]]
+    assert torch.allclose(means, x.view(*groups.shape, *x.shape[1:]).mean(1), atol=1e-6)
+    label_means = strat.pool["label_means"]
+    assert torch.allclose(label_means.sum(1), torch.ones(len(label_means)))
+    sharing = sum(n >= 10 for n in sizes)
+    assert result.summary["exposure_pairs"] == pytest.approx(sharing / 10)
+    fractions = result.summary["exposure_data_per_client"]
+    assert fractions == pytest.approx([10 * (n // 10) / n for n in sizes], abs=1e-4)
+    first, second = result.history
+    pool_bytes = _payload_bytes(strat.pool)
+    assert first["bytes_shared_round"] == pool_bytes * (1 + 10)  # uploads + one send to all
+    assert second["bytes_shared_round"] == 0
+    assert 0 < first["shared_dcor"] < 1
+
+
+def test_feddata_pool_is_appended_to_every_client(digits20):
+    data = digits20
+    result = run("feddata", data, rounds=2, params={"share_fraction": 0.05})
+    strat = result.strategy
+    sizes = data.client_sizes
+    assert strat.pool_size == len(strat.pool_indices) == sum(int(0.05 * n) for n in sizes)
+    assert torch.equal(strat.pool["labels"], data.dataset.y_train[strat.pool_indices])
+    assert torch.equal(strat.pool["samples"], data.dataset.x_train[strat.pool_indices])
+    assert result.summary["exposure_pairs"] == 1.0
+    assert result.summary["exposure_data_mean"] == pytest.approx(
+        np.mean([int(0.05 * n) / n for n in sizes])
+    )
+    assert result.summary["shared_dcor"] == pytest.approx(1.0, abs=1e-4)  # raw data
+
+
+# --------------------------------------------------------------------------- options, resume
+def test_paper_forms_run_and_bad_options_are_refused(digits20):
+    paper = {
+        "local_ce_weight": 0.0,
+        "kd_input": "mixed",
+        "kd_direction": "student_to_teacher",
+        "dcor_variant": "paper",
+        "dcor_schedule": "constant",
+        "warmup": False,
+        "beta_per_sample": False,
+        "share_with_replacement": True,
+    }
+    result = run("flea", digits20, rounds=2, params=paper)
+    assert np.isfinite(result.history[-1]["train_loss"])
+    ablation = run("flea", digits20, rounds=1, params={"share_features": False})
+    assert ablation.summary["exposure_pairs"] == 0 and ablation.summary["bytes_shared"] == 0
+    with pytest.raises(FedshareError, match=r"unknown strategy\.kd_input 'x'; valid choices"):
+        run("flea", digits20, rounds=1, params={"kd_input": "x"})
+    with pytest.raises(FedshareError, match=r"split_layer=9 is not a split point"):
+        run("flea", digits20, rounds=1, params={"split_layer": 9})
+    with pytest.raises(FedshareError, match=r"share_fraction=1\.5 must be in"):
+        run("feddata", digits20, rounds=1, params={"share_fraction": 1.5})
+
+
+@pytest.mark.parametrize("strategy", ["flea", "fedmix"])
+def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, digits20, strategy):
+    params = {"warmup_epoch_multiplier": 1} if strategy == "flea" else {}
+    full = run(strategy, digits20, rounds=2, run_dir=tmp_path / "full", params=params)
+    part = tmp_path / "part"
+    run(strategy, digits20, rounds=1, run_dir=part, checkpoint={"every": 1}, params=params)
+    resumed = run(strategy, digits20, rounds=2, run_dir=part, resume=True, params=params)
+    assert without_wall_time(resumed.history) == without_wall_time(full.history)
+    keys = ("exposure_pairs", "exposure_data_mean", "shared_dcor")
+    assert {k: resumed.summary[k] for k in keys} == {k: full.summary[k] for k in keys}

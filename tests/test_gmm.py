@@ -1,0 +1,156 @@
+"""Gaussian mixtures (fedshare.functional.gmm): EM against scikit-learn, closed form, sampling,
+the float16 wire format and the parameter counts of specs/fedpft.md §2.3, §2.6, §7 A5."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.mixture import GaussianMixture as SkGaussianMixture
+
+from fedshare.errors import FedshareError
+from fedshare.functional.gmm import (
+    COVARIANCE_TYPES,
+    GaussianMixture,
+    component_params,
+    fit_gmm,
+    pack_mixtures,
+    point_mass,
+    unpack_mixtures,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Small linear heads and EM run fastest on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def clustered(n: int = 600, d: int = 6, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    parts = [rng.normal(c, s, size=(n // 3, d)) for c, s in ((0, 1.0), (4, 0.5), (-4, 1.5))]
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("cov", COVARIANCE_TYPES)
+def test_em_matches_scikit_learn_likelihood(cov: str) -> None:
+    x = clustered()
+    ours, info = fit_gmm(torch.tensor(x), 3, cov, generator=torch.Generator().manual_seed(0))
+    sk = SkGaussianMixture(3, covariance_type=cov, random_state=0).fit(x)
+    ll = float(ours.log_prob(torch.tensor(x)).mean())
+    assert info.converged
+    assert ll == pytest.approx(sk.score(x), abs=0.02)
+    assert float(ours.weights.sum()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("cov", COVARIANCE_TYPES)
+def test_single_component_is_the_closed_form(cov: str) -> None:
+    x = torch.tensor(clustered(90, 4), dtype=torch.float64)
+    g, info = fit_gmm(x, 1, cov, reg_covar=1e-6)
+    mean = x.mean(0)
+    biased = (x - mean).T @ (x - mean) / len(x)  # the 1/n covariance (§2.3)
+    expected = {
+        "full": biased + 1e-6 * torch.eye(4, dtype=x.dtype),
+        "diag": biased.diagonal() + 1e-6,
+        "spherical": biased.diagonal().mean() + 1e-6,
+    }[cov]
+    assert info.n_iter == 0
+    torch.testing.assert_close(g.means[0], mean)
+    torch.testing.assert_close(g.covariances[0], expected)
+
+
+def test_fit_is_determined_by_the_generator() -> None:
+    x = torch.tensor(clustered())
+    a, _ = fit_gmm(x, 4, "full", generator=torch.Generator().manual_seed(3))
+    b, _ = fit_gmm(x, 4, "full", generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a.means, b.means) and torch.equal(a.covariances, b.covariances)
+
+
+def test_too_few_samples_is_a_clear_error() -> None:
+    with pytest.raises(FedshareError, match="at least 5 samples"):
+        fit_gmm(torch.zeros(3, 2), 5)
+
+
+@pytest.mark.parametrize("cov", COVARIANCE_TYPES)
+def test_sampling_reproduces_the_moments(cov: str) -> None:
+    d = 3
+    full = torch.tensor([[2.0, 0.6, 0.0], [0.6, 1.0, 0.3], [0.0, 0.3, 0.5]], dtype=torch.float64)
+    covs = {
+        "full": full[None],
+        "diag": full.diagonal()[None],
+        "spherical": full.diagonal().mean()[None],
+    }[cov]
+    g = GaussianMixture(
+        torch.ones(1, dtype=torch.float64),
+        torch.tensor([[1.0, -2.0, 0.5]], dtype=torch.float64),
+        covs,
+        cov,
+    )
+    x = g.sample(200_000, torch.Generator().manual_seed(0))
+    assert x.shape == (200_000, d)
+    torch.testing.assert_close(x.mean(0), g.means[0], atol=0.02, rtol=0)
+    torch.testing.assert_close(torch.cov(x.T), g.full_covariances()[0], atol=0.03, rtol=0)
+
+
+def test_mixture_counts_follow_the_weights() -> None:
+    w = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
+    means = torch.tensor([[-10.0], [0.0], [10.0]], dtype=torch.float64)
+    g = GaussianMixture(w, means, torch.full((3,), 1e-4, dtype=torch.float64), "spherical")
+    x = g.sample(50_000, torch.Generator().manual_seed(1))
+    share = torch.stack(
+        [(x < -5).float().mean(), (x.abs() < 5).float().mean(), (x > 5).float().mean()]
+    )
+    torch.testing.assert_close(share, w.float(), atol=0.01, rtol=0)
+
+
+@pytest.mark.parametrize("cov", COVARIANCE_TYPES)
+def test_wire_round_trip_and_byte_count(cov: str) -> None:
+    """Payload bytes = 2 × (§2.6 parameters) + 8 per (client, class); float32 is lossless."""
+    x = torch.tensor(clustered(300, 5))
+    gen = torch.Generator().manual_seed(0)
+    mixtures = [
+        (c, 100, fit_gmm(x[c * 100 : (c + 1) * 100], 2 + c, cov, generator=gen)[0])
+        for c in range(3)
+    ]
+    payload = pack_mixtures(mixtures, cov, "float16")
+    params = sum(g.num_params for _, _, g in mixtures)
+    assert params == sum(k * component_params(5, cov) for k in (2, 3, 4))
+    assert sum(t.numel() * t.element_size() for t in payload.values()) == 2 * params + 8 * 3
+    exact = unpack_mixtures(pack_mixtures(mixtures, cov, "float32"), cov)
+    for (label, count, g), (label2, count2, g2) in zip(mixtures, exact, strict=True):
+        assert (label, count) == (label2, count2)
+        torch.testing.assert_close(g2.means, g.means.float().double())
+        torch.testing.assert_close(
+            g2.covariances, g.covariances.float().double(), atol=1e-6, rtol=1e-5
+        )
+
+
+def test_float16_weights_are_renormalised_and_covariances_sanitised() -> None:
+    """§7 A5 / C12: after the float16 round trip the weights sum to 1 in float64, variances
+    stay >= reg_covar and full covariances are symmetric positive definite."""
+    rng = np.random.default_rng(0)
+    w = torch.tensor(rng.dirichlet(np.ones(7)), dtype=torch.float64)
+    means = torch.tensor(rng.normal(size=(7, 4)))
+    a = torch.tensor(rng.normal(size=(7, 4, 4))) * 1e-4
+    full = a @ a.transpose(1, 2)  # tiny variances underflow in float16
+    g = GaussianMixture(w, means, full, "full")
+    ((_, _, back),) = unpack_mixtures(pack_mixtures([(0, 50, g)], "full", "float16"), "full", 1e-6)
+    assert float(back.weights.sum()) == pytest.approx(1.0, abs=1e-12)
+    torch.testing.assert_close(back.covariances, back.covariances.transpose(1, 2))
+    assert float(torch.linalg.eigvalsh(back.covariances).min()) >= 1e-6 * (1 - 1e-9)
+    assert torch.isfinite(back.sample(1000, torch.Generator().manual_seed(0))).all()
+
+
+def test_point_mass_for_a_single_sample() -> None:
+    g = point_mass(torch.ones(1, 3), "diag", 1e-6)
+    assert g.n_components == 1 and torch.equal(
+        g.covariances, torch.full((1, 3), 1e-6, dtype=torch.float64)
+    )
+
+
+def test_component_parameter_counts() -> None:
+    """§2.6 per-component table."""
+    expected = {2048: (2_100_225, 4097, 2050), 768: (296_065, 1537, 770), 512: (131_841, 1025, 514)}
+    for d, counts in expected.items():
+        assert tuple(component_params(d, c) for c in COVARIANCE_TYPES) == counts

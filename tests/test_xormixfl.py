@@ -1,0 +1,297 @@
+"""XorMixFL / MixFL / standalone (specs/xormixfl.md §8): exact XOR properties, blending,
+quotas, the protocol's shape, the MDS metric, and a reduced digits run of the orderings."""
+
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fedshare
+from fedshare.errors import FedshareError
+from fedshare.functional.mixup import fold_weights, soft_labels
+from fedshare.functional.xor_mixup import blend, blend_by_label, quantize, xor_code
+from fedshare.privacy.mds import classical_mds, distance_stats, min_contributor_distance
+from fedshare.strategies import make_strategy
+from helpers import digits_federation
+
+SMALL = {"name": "xormix", "target_labels": [9], "n": 2, "m": 25}
+TRAIN = {"local_epochs": 50, "batch_size": 32, "optimizer": "adam", "lr": 1e-2}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These models are tiny: one thread avoids OpenMP contention on a busy shared CPU (two
+    threads ran this module's runs ~20× slower there)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def images(gen: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
+
+
+def run(strategy: str, seed: int = 0, partition=SMALL, train=TRAIN, **params):
+    fed = digits_federation(partition, 4, seed)
+    return fedshare.simulate(
+        make_strategy(strategy, params),
+        fed,
+        "mlp",
+        rounds=1,
+        seed=seed,
+        train=train,
+        eval={"per_class": True},
+    )
+
+
+# ------------------------------------------------------------------ XOR and blending (§8 1–4)
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 3), st.integers(0, 2**31 - 1))
+def test_decoding_with_the_devices_own_keys_is_exact(m, p, seed):
+    gen = torch.Generator().manual_seed(seed)
+    target = blend(images(gen, 5, p, 1, 8, 8), 0.5)
+    keys = torch.stack([blend(images(gen, 5, p, 1, 8, 8), 0.95) for _ in range(m)], dim=1)
+    code = xor_code(target, keys)
+    assert code.dtype == torch.uint8
+    assert torch.equal(xor_code(code, keys), target)
+    shuffled = keys[:, torch.randperm(m, generator=gen)]  # any XOR order
+    assert torch.equal(xor_code(code, shuffled), target)
+    assert torch.equal(xor_code(xor_code(target, keys[:, :1]), keys[:, :1]), target)
+
+
+def test_background_passes_through_the_code_and_the_decoding():
+    gen = torch.Generator().manual_seed(0)
+    target = images(gen, 20, 1, 28, 28)
+    device_key = images(gen, 20, 1, 1, 28, 28) * (torch.rand(20, 1, 1, 28, 28) < 0.2)
+    server_key = images(gen, 20, 1, 1, 28, 28) * (torch.rand(20, 1, 1, 28, 28) < 0.2)
+    code = xor_code(target, device_key)
+    decoded = xor_code(code, server_key)
+    zero = device_key[:, 0] == 0
+    assert torch.equal(code[zero], target[zero])  # the privacy caveat of §4 / §9
+    equal = device_key[:, 0] == server_key[:, 0]
+    assert torch.equal(decoded[equal], target[equal])
+    assert not torch.equal(decoded, target)
+
+
+def test_blend_arithmetic():
+    gen = torch.Generator().manual_seed(1)
+    x = images(gen, 6, 3, 1, 8, 8)
+    assert torch.equal(blend(x[:, :1], 0.3), x[:, 0])  # g^1(x) = x
+    half_up = torch.floor((x[:, 0].double() + x[:, 1].double()) / 2 + 0.5).to(torch.uint8)
+    assert torch.equal(blend(x[:, :2], 0.5), half_up)
+    for alpha in (0.25, 0.5, 0.95):
+        for k in (1, 2, 5):
+            for order in ("fold_left", "nested"):
+                w = fold_weights(alpha, k, order)
+                assert float(w.sum()) == pytest.approx(1.0)
+            assert float(fold_weights(alpha, k)[0]) == pytest.approx(alpha ** (k - 1))
+    # the left fold computed step by step, quantised once at the end
+    s = x[:, 0].double()
+    for j in (1, 2):
+        s = 0.95 * s + 0.05 * x[:, j].double()
+    assert (blend(x, 0.95).int() - quantize(s).int()).abs().max() <= 1
+    assert blend(x, 0.5, binary=True).unique().tolist() in ([0, 255], [0], [255])
+
+
+def test_blend_by_label_draws_distinct_samples_of_the_right_label():
+    gen = torch.Generator().manual_seed(2)
+    x = images(gen, 40, 1, 4, 4)
+    y = torch.arange(40) % 4
+    labels = torch.tensor([[0, 1], [2, 3], [1, 0]])
+    out, pos = blend_by_label(x, y, labels, 3, 0.5, gen)
+    assert out.shape == (3, 2, 1, 4, 4) and pos.shape == (3, 2, 3)
+    assert torch.equal(y[pos], labels[..., None].expand(-1, -1, 3))
+    assert all(len(set(row.tolist())) == 3 for row in pos.flatten(0, 1))
+    assert torch.equal(out[0, 1], blend(x[pos[0, 1]][None], 0.5)[0])
+
+
+# ------------------------------------------------------------------ the strategy (§8 3, 5, 6)
+def shared(strategy: str, seed: int = 0, **params):
+    """Run the sharing only (no training) and return the strategy and the summary."""
+    result = run(strategy, seed, train={**TRAIN, "local_epochs": 1}, server_epochs=0, **params)
+    return result.strategy, result.summary
+
+
+def test_quotas_balance_the_server_and_split_evenly():
+    fed = digits_federation({**SMALL, "n": 2, "m": 30}, 4, 0)
+    strategy = make_strategy("xormixfl")
+    result = fedshare.simulate(strategy, fed, "mlp", rounds=1, train={"local_epochs": 1})
+    table = strategy.quota_table
+    assert table[0].tolist() == [0]  # the server pseudo-client uploads nothing
+    assert sorted(table[1:, 0].tolist()) == [9, 9, 10]  # 28 = 10 + 9 + 9 (A6)
+    assert result.summary["shared_samples"] == 28
+    counts = torch.as_tensor(fed.partition.class_counts[0])
+    assert result.history[-1]["server_train_samples"] == int(counts.sum()) + 28  # 10 × 30
+
+
+def test_protocol_shape_one_upload_per_device_no_model_traffic():
+    _, summary = shared("xormixfl", M=2)
+    per_sample = 64 + 3  # an 8×8 uint8 code plus 3 uint8 label ids (target + M dummies)
+    assert summary["bytes_up"] == 23 * per_sample  # quota 25 − 2 per device total; no weights
+    assert summary["shared_samples"] == 23
+    assert summary["bytes_down"] == 4 * (2 + 4 * 4 + 2 * 9)  # target, quota table, dummy ids
+
+
+def test_alpha_has_no_effect_at_p1_and_runs_are_deterministic():
+    def summary(**params):
+        out = shared("xormixfl", **params)[1]
+        del out["wall_time_s"]
+        return out
+
+    summaries = [summary(alpha=a) for a in (0.25, 0.5, 0.95)]
+    assert summaries[0] == summaries[1] == summaries[2]
+    assert summary(p=3, alpha=0.25)["mds_mean"] != summary(p=3, alpha=0.95)["mds_mean"]
+
+
+def capture(name: str, **params):
+    """Run the sharing only and return (fed, [(update, contributors, target blend)], summary)."""
+    fed = digits_federation(SMALL, 4, 0)
+    captured = []
+    strategy = make_strategy(name, {"server_epochs": 0, **params})
+    original = strategy.client_update
+
+    def spy(client, message):
+        update = original(client, message)
+        if update.payload:
+            captured.append((update, *strategy._audit[client.id]))
+        return update
+
+    strategy.client_update = spy
+    result = fedshare.simulate(strategy, fed, "mlp", rounds=1, train={"local_epochs": 1})
+    return fed, captured, result.summary
+
+
+def digit_bytes(fed) -> torch.Tensor:
+    return (fed.dataset.x_train * 255 / 16).add(0.5).floor().clamp(0, 255).to(torch.uint8)
+
+
+def test_uploads_are_codes_of_the_recorded_contributors():
+    """Re-encode every upload from its contributors: Eq. 1 + Eq. 2 bit for bit."""
+    fed, captured, _ = capture("xormixfl", M=2, p=2)
+    assert len(captured) == 3  # one upload per device
+    x = digit_bytes(fed)
+    for update, contributors, target_blend in captured:
+        raw = x[contributors]  # (q, p + M·p, ...)
+        keys = torch.stack([blend(raw[:, 2:4], 0.5), blend(raw[:, 4:6], 0.5)], dim=1)
+        assert torch.equal(target_blend, blend(raw[:, :2], 0.5))
+        assert torch.equal(update.payload["samples"], xor_code(target_blend, keys))
+        y = fed.dataset.y_train[contributors]
+        assert (y[:, :2] == 9).all() and (y[:, 2:] != 9).all()
+        assert torch.equal(update.payload["labels"][:, 1:].long(), y[:, 2::2])
+
+
+def test_mixfl_uploads_midpoints_with_soft_labels_at_alpha_half():
+    fed, captured, summary = capture("mixfl", dummy_labels=[3])
+    x = digit_bytes(fed).double()
+    distances = []
+    for update, contributors, _ in captured:
+        t, d = x[contributors[:, 0]], x[contributors[:, 1]]
+        assert torch.equal(update.payload["samples"], quantize((t + d) / 2))
+        distances.append((t - d).flatten(1).norm(dim=1) / 2)
+    half = torch.cat(distances).mean()
+    assert abs(summary["mds_mean"] - float(half)) <= 0.5 * 8  # rounding ≤ ½ per pixel, 64 px
+    soft = soft_labels(torch.tensor([[9, 3]]), fold_weights(0.5, 2), 10)
+    assert soft[0, 9] == soft[0, 3] == 0.5 and float(soft.sum()) == 1.0
+
+
+def test_mds_metric():
+    gen = torch.Generator().manual_seed(3)
+    pts = torch.randn(30, 12, generator=gen, dtype=torch.float64)
+    emb = classical_mds(pts, 12)
+    assert torch.allclose(torch.cdist(emb, emb), torch.cdist(pts, pts), atol=1e-6)
+    samples = torch.randn(7, 5, generator=gen)
+    contributors = torch.randn(7, 4, 5, generator=gen)
+    brute = torch.stack(
+        [min((samples[i] - contributors[i, j]).norm() for j in range(4)) for i in range(7)]
+    )
+    got = min_contributor_distance(samples, contributors)
+    assert torch.allclose(got.float(), brute, atol=1e-5)
+    full = min_contributor_distance(samples, contributors, dims=5)
+    assert torch.allclose(full, got, atol=1e-6)  # full-rank classical MDS = Euclidean
+    # MixFL at α = 0.5: the midpoint is ½‖T − D‖ from both parents
+    t, d = torch.zeros(1, 4), torch.full((1, 4), 200.0)
+    mid = (t + d) / 2
+    assert float(min_contributor_distance(mid, torch.stack([t, d], 1))) == pytest.approx(200.0)
+    stats = distance_stats(torch.tensor([1.0, 3.0]))
+    assert stats == {"mds_mean": 2.0, "mds_std": 1.0}
+
+
+def test_privacy_ordering_xor_above_mix_and_rising_with_m():
+    """§8 9–10 on digits, same seed: XorMixFL's MDS > MixFL's in every (M, p) tried, and
+    XorMixFL's MDS rises from M = 1 to M = 3 (dummy labels [3, 4, 5][:M] as in Table 3)."""
+    xor = {}
+    for m in (1, 3):
+        for p in (1, 3):
+            _, xs = shared("xormixfl", M=m, p=p, dummy_labels=[3, 4, 5])
+            _, ms = shared("mixfl", M=m, p=p, dummy_labels=[3, 4, 5])
+            assert xs["mds_mean"] > 1.2 * ms["mds_mean"], (m, p, xs, ms)
+            xor[m, p] = xs["mds_mean"]
+    assert xor[3, 1] > xor[1, 1] and xor[3, 3] > xor[1, 3]
+
+
+def test_summary_json_has_both_distances(tmp_path):
+    fed = digits_federation(SMALL, 4, 0)
+    fedshare.simulate("xormixfl", fed, "mlp", rounds=1, train={"local_epochs": 1}, run_dir=tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("mds_mean", "mds_std", "mds_upload_mean", "mds_upload_std"):
+        assert summary[key] > 0, key
+    assert 0 < summary["upload_target_exposed"] < 1
+    assert summary["shared_samples"] == 23 and summary["target_labels"] == [9]
+
+
+def test_user_errors():
+    fed = digits_federation(SMALL, 4, 0)
+    with pytest.raises(FedshareError, match="rounds=1"):
+        fedshare.simulate("xormixfl", fed, "mlp", rounds=2)
+    with pytest.raises(FedshareError, match="server pseudo-client"):
+        fedshare.simulate("standalone", digits_federation("iid", 4, 0), "mlp", rounds=1)
+    with pytest.raises(FedshareError, match="multi_dummy_mode"):
+        fedshare.simulate(make_strategy("xormixfl", {"multi_dummy_mode": "x"}), fed, rounds=1)
+    with pytest.raises(FedshareError, match="M=10"):
+        fedshare.simulate(make_strategy("xormixfl", {"M": 10}), fed, "mlp", rounds=1)
+    with pytest.raises(FedshareError, match="dummy_labels"):
+        fedshare.simulate(make_strategy("mixfl", {"dummy_labels": [9]}), fed, "mlp", rounds=1)
+
+
+# ------------------------------------------------------------------ reduced orderings (§8 7–8)
+def test_reduced_digits_orderings():
+    """XorMixFL above standalone and one-shot Vanilla FL in test accuracy and far above both
+    in target-label accuracy; MixFL not far below XorMixFL. Mean of 3 seeds (a few seconds)."""
+    acc: dict[str, list[float]] = {}
+    target: dict[str, list[float]] = {}
+    for name in ("standalone", "fedavg", "xormixfl", "mixfl"):
+        for seed in range(3):
+            h = run(name, seed).history[-1]
+            acc.setdefault(name, []).append(h["accuracy"])
+            target.setdefault(name, []).append(h["per_class_accuracy"][9])
+    a = {k: sum(v) / len(v) for k, v in acc.items()}
+    t = {k: sum(v) / len(v) for k, v in target.items()}
+    assert a["xormixfl"] > a["standalone"] and a["xormixfl"] > a["fedavg"], a
+    assert t["xormixfl"] > 1.5 * t["standalone"] and t["xormixfl"] > t["fedavg"], t
+    assert a["mixfl"] > a["xormixfl"] - 2.0, a
+
+
+def test_table_presets_compose_and_run(tmp_path):
+    """The Table 2 preset with each method (and Tables 3–4 with XorMixFL/MixFL), shrunk to
+    digits; composed and run as `python -m fedshare.run` does (the MNIST runs are in
+    test_xormixfl_paper.py)."""
+    from hydra import compose, initialize_config_dir
+
+    from fedshare.run import config_dir, execute
+
+    small = ["data=digits", "model=mlp", "partition.n=2", "partition.m=25"]
+    small += ["train.local_epochs=1", "progress=false"]
+    cases = [(2, s) for s in ("xormixfl", "mixfl", "standalone", "fedavg")]
+    cases += [(3, "mixfl"), (4, "xormixfl")]
+    for table, strategy in cases:
+        out = tmp_path / f"{table}{strategy}"
+        overrides = [f"experiment=xormixfl/table{table}", f"strategy={strategy}", *small]
+        with initialize_config_dir(str(config_dir()), version_base="1.3"):
+            cfg = compose("config", overrides=[*overrides, f"run_dir={out}"])
+        summary = execute(cfg, out, {"partition": "xormix"})
+        assert summary["rounds_completed"] == 1 and summary["strategy"] == strategy
+        assert ("mds_mean" in summary) == (strategy in ("xormixfl", "mixfl"))
+        assert json.loads((out / "summary.json").read_text())["strategy"] == strategy

@@ -1,0 +1,66 @@
+"""Paper-scale regression for XorMixFL (Shin et al. 2020) on MNIST: Tables 2 and 3.
+
+Runs the experiment presets `xormixfl/table2` and `xormixfl/table3` on the real MNIST
+(FEDSHARE_DATA=/work/shared/datasets), 3 seeds per cell, and checks them against the paper's
+numbers stored in `fedshare/paper/tables/xormixfl_table{2,3}.json`. Tolerances and the
+orderings that did not reproduce are explained in docs/xormixfl.md.
+
+    FEDSHARE_DATA=/work/shared/datasets pytest -m paper tests/test_xormixfl_paper.py
+"""
+
+import statistics
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from fedshare.paper.compare import lookup
+from fedshare.run import config_dir, execute
+
+pytestmark = pytest.mark.paper
+SEEDS = (0, 1, 2)
+
+
+@pytest.fixture(autouse=True)
+def mnist(mnist_root, monkeypatch):
+    monkeypatch.setenv("FEDSHARE_DATA", str(mnist_root))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run(table: int, overrides: list[str], seed: int, tmp_path) -> dict:
+    run_dir = tmp_path / f"run{abs(hash((table, *overrides, seed)))}"
+    args = [f"experiment=xormixfl/table{table}", *overrides, f"seed={seed}", "progress=false"]
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=[*args, f"run_dir={run_dir}"])
+    return execute(cfg, run_dir, {"partition": "xormix"})
+
+
+def mean_over_seeds(table: int, overrides: list[str], key: str, tmp_path) -> float:
+    return statistics.mean(run(table, overrides, s, tmp_path)[key] for s in SEEDS)
+
+
+# ------------------------------------------------------------------ Table 3: MDS
+def mds(method: str, m: int, p: int, tmp_path) -> float:
+    overrides = [f"strategy={method}", f"strategy.M={m}", f"strategy.p={p}"]
+    overrides += ["strategy.server_epochs=0", "data.test_subset=100"]  # the MDS needs no training
+    return mean_over_seeds(3, overrides, "mds_mean", tmp_path)
+
+
+def test_table3_mds_orderings_and_p1_cells(tmp_path):
+    """XorMixFL's MDS > MixFL's in the same cell by at least 1.4× (the paper's smallest
+    same-cell ratio is 1.45), XorMixFL's MDS rises with M at p = 1 and p = 5, and the p = 1
+    cells of XorMixFL (every M) and MixFL (M = 1) lie within 10 % of the paper's means (the
+    paper's per-sample std is 15 % of the mean; our seeds agree within 2 %)."""
+    xor = {(m, p): mds("xormixfl", m, p, tmp_path) for m in (1, 2, 3) for p in (1, 5)}
+    mix = {(m, p): mds("mixfl", m, p, tmp_path) for m in (1, 2, 3) for p in (1, 5)}
+    for cell in xor:
+        assert xor[cell] > 1.4 * mix[cell], (cell, xor[cell], mix[cell])
+    for p in (1, 5):
+        assert xor[1, p] < xor[2, p] < xor[3, p], p
+    checks = [("xormixfl", m, xor[m, 1]) for m in (1, 2, 3)] + [("mixfl", 1, mix[1, 1])]
+    for method, m, measured in checks:
+        paper = lookup("xormixfl_table3", f"xormixfl/table3 strategy.M={m} strategy.p=1", method)
+        assert abs(measured - paper.mean) <= 0.10 * paper.mean, (method, m, measured, paper)
