@@ -1,7 +1,6 @@
 """Datasets, partitioners and federated splits."""
 
-from fedshare.data import audio, images, sensors  # noqa: F401  (registers the loaders)
-from fedshare.data import feature_files, synthetic_features  # noqa: F401  (FedPFT's feature data)
+from fedshare.data import audio, feature_files, images, sensors, synthetic_features  # noqa: F401  (registers the loaders)  # noqa: F401  (FedPFT's feature data)
 from fedshare.data.dataset import Augmentation, Dataset
 from fedshare.data.datasets import DATASETS, LoadRequest, load_dataset, register_dataset
 from fedshare.data.federated import FederatedData, federate
