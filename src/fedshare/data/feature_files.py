@@ -1,6 +1,6 @@
 """The user's own pre-extracted features (CLIP, DINOv2, ...) as a dataset, and a contiguous split.
 
-Spec: /work/shared/specs/fedpft.md §4.1–4.2 (foundation-model features; two-client covariate and
+Spec: shared/specs/fedpft.md §4.1–4.2 (foundation-model features; two-client covariate and
 task shifts such as PACS Photo→Sketch or Pets→Food, §7 A18).
 
 `data=features_file data.path=<file>` reads a `torch.save`d dict or an `.npz` with the train and

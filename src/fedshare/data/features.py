@@ -1,6 +1,6 @@
 """Feature datasets: run a frozen backbone once over an image dataset and cache the features.
 
-Spec: /work/shared/specs/fedpft.md §1 (a frozen foundation-model extractor f), §4.1 (backbones
+Spec: shared/specs/fedpft.md §1 (a frozen foundation-model extractor f), §4.1 (backbones
 and feature sizes d), §7 A6 (inputs: the backbone's own resize and mean/std).
 
 `data=<name> data.features=<backbone>` loads the dataset as usual (subsets included), then

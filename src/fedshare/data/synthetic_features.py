@@ -1,6 +1,6 @@
 """Synthetic "foundation-model features": each class a mixture of anisotropic Gaussians.
 
-Spec: /work/shared/specs/fedpft.md §8.1 ("Synthetic Gaussian-cluster features": d = 32, C = 10,
+Spec: shared/specs/fedpft.md §8.1 ("Synthetic Gaussian-cluster features": d = 32, C = 10,
 each class a 3-mode Gaussian mixture with random anisotropic covariances, class-centre scale
 0.45; 4,500 train / 1,500 test; the DP runs use 3,000 per class). The spec does not give the
 generator's other constants; ours: class centres ~ N(0, centre_scale²·I), mode centres = class

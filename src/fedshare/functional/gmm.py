@@ -1,6 +1,6 @@
 """Gaussian mixtures in torch: EM fitting, sampling, parameter counts and a 16-bit wire format.
 
-Spec: /work/shared/specs/fedpft.md §2.1 (families), §2.3 (EM), §2.6 (parameter counts), §7 A4/A5
+Spec: shared/specs/fedpft.md §2.1 (families), §2.3 (EM), §2.6 (parameter counts), §7 A4/A5
 (EM settings, float16 round trip and server-side sanitation).
 
 Why our own EM instead of scikit-learn's `GaussianMixture`: it runs in float64 on whatever device

@@ -1,7 +1,7 @@
 """Differential privacy: the Gaussian mechanism, its noise calibrations, and DP-FedPFT's private
 release of a Gaussian's mean and covariance.
 
-Spec: /work/shared/specs/fedpft.md §2.5 (Theorem 4.1, Appendix B), §7 A17, §8 C7–C9.
+Spec: shared/specs/fedpft.md §2.5 (Theorem 4.1, Appendix B), §7 A17, §8 C7–C9.
 
 DP-FedPFT (K = 1) releases μ̃ = μ̂ + Δμ and Σ̃ = Proj_PSD(Σ̂ + ΔΣ) of features in the unit ball,
 with μ̂ the mean and Σ̂ the biased (1/n) covariance, every entry of Δμ and of the upper triangle

@@ -1,6 +1,6 @@
 """Centralized training: the model trained on the union of all clients' data (the upper reference).
 
-Spec: /work/shared/specs/fedpft.md §4.3 ("Centralized (oracle)": the head trained on the pooled
+Spec: shared/specs/fedpft.md §4.3 ("Centralized (oracle)": the head trained on the pooled
 raw features; its cost is the raw features at 16-bit, §7 A23). Usable with any dataset and model.
 
 The first time a client takes part it uploads its stored training samples with their labels

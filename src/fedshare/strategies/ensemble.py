@@ -1,6 +1,6 @@
 """One-shot ensemble of local heads (FedPFT's "Ensemble" baseline).
 
-Spec: /work/shared/specs/fedpft.md §4.3 (Ensemble), §7 A8, A13; §3 (each client sends its head).
+Spec: shared/specs/fedpft.md §4.3 (Ensemble), §7 A8, A13; §3 (each client sends its head).
 
 One round: each client trains a linear head on its own features (`feature_heads.local_head`,
 common initialisation, the run's `train` settings) and uploads it once (C·d + C numbers in

@@ -1,6 +1,6 @@
 """Pieces shared by the one-shot feature-level strategies (FedPFT and its baselines).
 
-Spec: /work/shared/specs/fedpft.md §1 (model w = h∘f: a frozen extractor f and a linear head h),
+Spec: shared/specs/fedpft.md §1 (model w = h∘f: a frozen extractor f and a linear head h),
 §7 A8 (head training), A6 (L2 normalisation with DP).
 
 The extractor f is the model's `features` (the penultimate representation of a `BlockModel`):

@@ -1,6 +1,6 @@
 """FedPFT (Beitollahi et al., 2024): one-shot transfer of per-class Gaussian mixtures of features.
 
-Spec: /work/shared/specs/fedpft.md §2.2 (Algorithm 1), §2.3 (EM), §2.5 (DP-FedPFT), §2.6 and §3
+Spec: shared/specs/fedpft.md §2.2 (Algorithm 1), §2.3 (EM), §2.5 (DP-FedPFT), §2.6 and §3
 (what is sent and its cost), §7 A1–A5, A8, A9, A17.
 
 One round. Each client runs the frozen extractor f over its data (`feature_heads`), fits for

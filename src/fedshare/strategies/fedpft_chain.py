@@ -1,6 +1,6 @@
 """Decentralized FedPFT on a chain of clients (Sec. 4.2, Fig. 3; Sec. 5.4's linear topology).
 
-Spec: /work/shared/specs/fedpft.md §2.4, §7 A12; Table 2's two-client source → destination case.
+Spec: shared/specs/fedpft.md §2.4, §7 A12; Table 2's two-client source → destination case.
 
 There is no server. Clients 0 → 1 → … → I−1 (all clients, in id order) each send once to the
 next: client 0 fits per-class mixtures on its features and sends them with the counts N^{0,c};

@@ -1,6 +1,6 @@
 """One-shot knowledge distillation from source heads (FedPFT's "KD" baseline of Table 2).
 
-Spec: /work/shared/specs/fedpft.md §4.3 (KD), §7 A15.
+Spec: shared/specs/fedpft.md §4.3 (KD), §7 A15.
 
 One round over clients 0 … I−1 in id order: every client but the last (the sources) trains a
 linear head on its own features and uploads it once (C·d + C numbers in `head_dtype`, counted

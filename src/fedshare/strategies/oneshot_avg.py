@@ -1,6 +1,6 @@
 """One-shot averaging of local heads (FedPFT's "Average"/AVG baseline: one-shot FedAvg).
 
-Spec: /work/shared/specs/fedpft.md §4.3 (Average), §7 A8, A14.
+Spec: shared/specs/fedpft.md §4.3 (Average), §7 A8, A14.
 
 One round: each client trains a linear head on its own features from a common initialisation
 (`feature_heads.local_head`, the run's `train` settings) and uploads it once (C·d + C numbers
