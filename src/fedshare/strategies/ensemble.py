@@ -22,14 +22,14 @@ from torch import nn
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.gmm import WIRE_DTYPES
-from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
-from fedshare.strategies.feature_heads import (
+from fedshare.strategies._feature_heads import (
     head_vector,
     linear_head,
     local_head,
     require_one_round,
     split_head_vector,
 )
+from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
 
 RULES = ("max", "mean")
 

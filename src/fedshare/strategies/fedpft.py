@@ -45,8 +45,7 @@ from fedshare.functional.gmm import (
     unpack_mixtures,
 )
 from fedshare.privacy import dp
-from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
-from fedshare.strategies.feature_heads import (
+from fedshare.strategies._feature_heads import (
     FeatureClassifier,
     client_features,
     fit_head,
@@ -56,6 +55,7 @@ from fedshare.strategies.feature_heads import (
     load_head,
     require_one_round,
 )
+from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
 
 SMALL_CLASS_POLICIES = ("drop", "shrink")
 META_BYTES_PER_PAIR = 8  # int16 label + int16 component count + int32 sample count

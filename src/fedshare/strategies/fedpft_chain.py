@@ -30,14 +30,14 @@ from fedshare.engine.evaluation import evaluate
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError
 from fedshare.functional.gmm import GaussianMixture, pack_mixtures, unpack_mixtures
-from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
-from fedshare.strategies.feature_heads import (
+from fedshare.strategies._feature_heads import (
     FeatureClassifier,
     client_features,
     fit_head,
     fresh_head,
     load_head,
 )
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 from fedshare.strategies.fedpft import FedPFT, mixture_cost
 
 Mixtures = list[tuple[int, int, GaussianMixture]]

@@ -25,8 +25,7 @@ from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.gmm import WIRE_DTYPES
-from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
-from fedshare.strategies.feature_heads import (
+from fedshare.strategies._feature_heads import (
     FeatureClassifier,
     client_features,
     fit_head,
@@ -39,6 +38,7 @@ from fedshare.strategies.feature_heads import (
     require_one_round,
     split_head_vector,
 )
+from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
 
 
 class MeanTeacher(nn.Module):

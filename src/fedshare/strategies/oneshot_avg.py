@@ -17,8 +17,7 @@ from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.gmm import WIRE_DTYPES
-from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
-from fedshare.strategies.feature_heads import (
+from fedshare.strategies._feature_heads import (
     FeatureClassifier,
     head_vector,
     linear_head,
@@ -27,6 +26,7 @@ from fedshare.strategies.feature_heads import (
     require_one_round,
     split_head_vector,
 )
+from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
 
 
 @register_strategy("oneshot_avg")
