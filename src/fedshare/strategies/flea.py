@@ -38,7 +38,7 @@ from torch import nn
 
 from fedshare.engine.client import Client
 from fedshare.engine.rng import numpy_rng
-from fedshare.errors import FedshareError, NonFiniteLossError, choices_message
+from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.losses import KD_DIRECTIONS, distillation_kl, soft_cross_entropy
 from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
 from fedshare.privacy.dcor import VARIANTS, distance_correlation, mean_distance_correlation
@@ -52,6 +52,7 @@ from fedshare.strategies.base import (
     Update,
     register_strategy,
 )
+from fedshare.strategies.local import finite_mean
 
 KD_INPUTS = ("buffer", "mixed")
 DCOR_SCHEDULES = ("linear", "constant")
@@ -228,12 +229,7 @@ class FLea(Strategy):
             optimizer.step()
             total += loss.detach()
             steps += 1
-        mean = total / max(steps, 1)
-        if not torch.isfinite(mean):
-            raise NonFiniteLossError(
-                f"client {client.id} got a non-finite training loss in round {client.round}; "
-                f"lower train.lr or check the data"
-            )
+        mean = finite_mean(total, steps, client)
         return Update(
             client.id,
             client.num_samples,

@@ -42,6 +42,11 @@ def train_local(
         optimizer.step()
         total += loss.detach()
         steps += 1
+    return finite_mean(total, steps, client)
+
+
+def finite_mean(total: torch.Tensor, steps: int, client: Client) -> torch.Tensor:
+    """`total / steps`, checked once on the host; a NaN or inf raises `NonFiniteLossError`."""
     mean = total / max(steps, 1)
     if not torch.isfinite(mean):
         raise NonFiniteLossError(
