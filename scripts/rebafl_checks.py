@@ -1,21 +1,27 @@
-"""ReBaFL small-scale checks on Fashion-MNIST (specs/rebafl.md §8): methods × seeds under the
+"""ReBaFL small-scale checks on Fashion-MNIST (shared/specs/rebafl.md §8): methods × seeds under the
 pathological split with client dropout; prints each run's mean accuracy over the last rounds,
 its round-to-round fluctuation, and the CPU/wall time.
 
     FEDSHARE_DATA=../shared/datasets python scripts/rebafl_checks.py test     # the test's setting
     FEDSHARE_DATA=../shared/datasets python scripts/rebafl_checks.py spec8 --rho 0.1
+    python scripts/rebafl_checks.py report runs/rebafl_table1/*/   # paper-scale runs vs Table I
 """
 
 import argparse
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from fedshare import simulate
 from fedshare.api import init_model
 from fedshare.data import federate, load_dataset
+from fedshare.errors import FedshareError
+from fedshare.paper.compare import compare
 from fedshare.strategies import make_strategy
 
 # The default-tier test's reduced setting (tests/test_rebafl.py) and the spec's §8 protocol.
@@ -68,14 +74,40 @@ def fmnist_run(
     }
 
 
+def report(run_dirs: list[str]) -> None:
+    """Each run directory's last-10 mean / final / best accuracy beside Table I's number
+    (finished or not: metrics.jsonl is read, so a run still in progress is shown too)."""
+    for folder in map(Path, run_dirs):
+        config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
+        rows = [json.loads(line) for line in (folder / "metrics.jsonl").open()]
+        acc = np.array([r["accuracy"] for r in rows])
+        method, m = config["strategy"]["name"], config["clients"]["num"]
+        preset = f"rebafl/{config['data']['name']}_pat2_m{m}"
+        last10 = float(acc[-10:].mean())
+        minutes = rows[-1]["wall_time_s"] / 60
+        line = (
+            f"{method:>12} {preset}: rounds {rows[-1]['round']:>3}  last-10 {last10:6.2f}  "
+            f"final {acc[-1]:6.2f}  best {acc.max():6.2f}  wall {minutes:6.1f} min"
+        )
+        try:
+            line += f"  | {compare('rebafl_table1', preset, method, last10)}"
+        except FedshareError as err:  # a method or preset the table lacks
+            line += f"  | no paper number ({err})"
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("setting", choices=sorted(SETTINGS))
+    parser.add_argument("setting", choices=[*sorted(SETTINGS), "report"])
+    parser.add_argument("runs", nargs="*", help="run directories (report)")
     parser.add_argument("--methods", default="fedavg,rebafl")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--rho", type=float, default=0.5)
     parser.add_argument("--set", nargs="*", default=[], help="key=value (train.key=value)")
     args = parser.parse_args()
+    if args.setting == "report":
+        report(args.runs)
+        return
     torch.set_num_threads(1)
     setting = {**SETTINGS[args.setting], "train": dict(SETTINGS[args.setting]["train"])}
     for item in args.set:

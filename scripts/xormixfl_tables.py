@@ -174,10 +174,8 @@ def cmd_report(args: argparse.Namespace) -> None:
     t3 = load(out / "table3.jsonl")
     if t3:
         print(
-            print(
-                "\n| Scheme | M | p | MDS mean (measured) | MDS std (measured) | Paper mean / std "
-                "| Upload MDS | Upload target pixels exposed |"
-            )
+            "\n| Scheme | M | p | MDS mean (measured) | MDS std (measured) | Paper mean / std "
+            "| Upload MDS | Upload target pixels exposed |"
         )
         print("|---|---|---|---|---|---|---|---|")
         for method in ("xormixfl", "mixfl"):

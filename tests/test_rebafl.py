@@ -1,4 +1,5 @@
-"""ReBaFL and its logit-calibration baselines (specs/rebafl.md §8 unit properties 1–8, §5)."""
+"""ReBaFL and its logit-calibration baselines (shared/specs/rebafl.md §8 unit properties 1–8,
+§5), and the reduced FMNIST comparison with FedAvg."""
 
 import math
 

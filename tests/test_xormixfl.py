@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import fedshare
 from fedshare.errors import FedshareError
-from fedshare.functional.mixup import fold_weights, soft_labels
+from fedshare.functional.mixup import ORDERS, fold_weights, soft_labels
 from fedshare.functional.xor_mixup import blend, blend_by_label, quantize, xor_code
 from fedshare.privacy.mds import classical_mds, distance_stats, min_contributor_distance
 from fedshare.strategies import make_strategy
@@ -84,10 +84,11 @@ def test_blend_arithmetic():
     assert torch.equal(blend(x[:, :2], 0.5), half_up)
     for alpha in (0.25, 0.5, 0.95):
         for k in (1, 2, 5):
-            for order in ("fold_left", "nested"):
+            for order in ORDERS:
                 w = fold_weights(alpha, k, order)
-                assert float(w.sum()) == pytest.approx(1.0)
+                assert float(w.sum()) == pytest.approx(1.0) and (w > 0).all()
             assert float(fold_weights(alpha, k)[0]) == pytest.approx(alpha ** (k - 1))
+    assert fold_weights(0.5, 5, "sequence").tolist() == [1 / 16, 4 / 16, 6 / 16, 4 / 16, 1 / 16]
     # the left fold computed step by step, quantised once at the end
     s = x[:, 0].double()
     for j in (1, 2):

@@ -1,7 +1,7 @@
 """Label-prior calibration of logits for local training on label-skewed clients.
 
 One place for the calibrated losses of ReBaFL and its logit-calibration baselines
-(specs/rebafl.md §2.2, §5):
+(shared/specs/rebafl.md §2.2, §5):
 
 * relaxed balanced softmax (R-BSM, Eqs. 9–10): cross-entropy on `z + log π̂` with the prior
   `π̂(c) = (1 − ε)·n_c/n + ε/C`; ε = 1 is plain cross-entropy, ε = 0 is balanced softmax (BSM,

@@ -5,11 +5,13 @@ specs/xormixfl.md §3.2) gives fixed weights per position; these helpers compute
 once and apply them to whole batches.
 """
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-ORDERS = ("fold_left", "nested")
+ORDERS = ("fold_left", "nested", "sequence", "equal")
 
 
 def fold_weights(alpha: float, k: int, order: str = "fold_left") -> torch.Tensor:
@@ -17,7 +19,9 @@ def fold_weights(alpha: float, k: int, order: str = "fold_left") -> torch.Tensor
 
     `fold_left`: s₀ = x₀, s_j = α·s_{j−1} + (1 − α)·x_j, so x₀ gets α^{k−1} and x_j (j ≥ 1)
     gets (1 − α)·α^{k−1−j}. `nested`: g(x₀, g(x₁, …)), so x_j gets α·(1 − α)^j and the last
-    one (1 − α)^{k−1}.
+    one (1 − α)^{k−1}. `sequence`: g applied k − 1 times to the sequence itself,
+    (g x)_t = α·x_t + (1 − α)·x_{t+1}, so x_j gets C(k−1, j)·α^{k−1−j}·(1 − α)^j (binomial).
+    `equal`: 1/k each (α unused).
     """
     if k < 1:
         raise ValueError(f"k={k} must be at least 1")
@@ -25,6 +29,10 @@ def fold_weights(alpha: float, k: int, order: str = "fold_left") -> torch.Tensor
         w = [alpha ** (k - 1)] + [(1 - alpha) * alpha ** (k - 1 - j) for j in range(1, k)]
     elif order == "nested":
         w = [alpha * (1 - alpha) ** j for j in range(k - 1)] + [(1 - alpha) ** (k - 1)]
+    elif order == "sequence":
+        w = [math.comb(k - 1, j) * alpha ** (k - 1 - j) * (1 - alpha) ** j for j in range(k)]
+    elif order == "equal":
+        w = [1.0 / k] * k
     else:
         raise ValueError(f"unknown blend order {order!r}; valid: {', '.join(ORDERS)}")
     return torch.tensor(w, dtype=torch.float64)

@@ -1,5 +1,6 @@
 """Class prototypes of penultimate features: local class means, their count-weighted server
-average, the wire format, and ReBaFL's inter-class feature transfer (specs/rebafl.md §2.3–2.4).
+average, the wire format, and ReBaFL's inter-class feature transfer
+(shared/specs/rebafl.md §2.3–2.4).
 
 A prototype set is a `(C, d)` tensor plus a boolean mask of the classes it holds. On the wire
 only the held classes travel (`pack` / `unpack`), so the engine's byte count is what the

@@ -1,6 +1,6 @@
 """BSM-FedAvg: FedAvg whose local loss is balanced softmax (the BSM loss of FedRoD, Chen &
 Chao, ICLR 2022) with the client's exact label prior, as ReBaFL's baseline
-(specs/rebafl.md §2.1 Eq. 8, §5).
+(shared/specs/rebafl.md §2.1 Eq. 8, §5).
 
 Deviation: absent classes get an exact −∞ logit offset (they leave the softmax) where the
 official code adds 1e-9 to the prior (offset ≈ −20.7); with ε = 0 this is ReBaFL's R-BSM.
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 
 from fedshare.functional.calibration import log_relaxed_prior
+from fedshare.strategies._calibrated import CalibratedFedAvg
 from fedshare.strategies.base import register_strategy
-from fedshare.strategies.calibrated import CalibratedFedAvg
 
 
 @register_strategy("bsm_fedavg")

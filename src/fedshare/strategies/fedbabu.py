@@ -1,4 +1,4 @@
-"""FedBABU (Oh et al., ICLR 2022), as ReBaFL's baseline (specs/rebafl.md §5): the classifier
+"""FedBABU (Oh et al., ICLR 2022), as ReBaFL's baseline (shared/specs/rebafl.md §5): the classifier
 head stays at its random initialisation; clients train only the body with cross-entropy and
 the server averages the bodies. The global model is evaluated as is (no fine-tuning), as in
 ReBaFL's tables; FedBABU's personalised fine-tuning is not part of this baseline.

@@ -1,4 +1,4 @@
-"""FedLC (Zhang et al., ICML 2022), as ReBaFL's baseline (specs/rebafl.md §5): local
+"""FedLC (Zhang et al., ICML 2022), as ReBaFL's baseline (shared/specs/rebafl.md §5): local
 cross-entropy on logits calibrated by the client's class counts, z_c − τ·n_c^{−1/4}.
 
 Absent classes count as 1e-9 (offset ≈ −177.8·τ), as in ReBaFL's code.
@@ -10,8 +10,8 @@ import torch
 
 from fedshare.errors import FedshareError
 from fedshare.functional.calibration import logit_adjustment
+from fedshare.strategies._calibrated import CalibratedFedAvg
 from fedshare.strategies.base import register_strategy
-from fedshare.strategies.calibrated import CalibratedFedAvg
 
 
 @register_strategy("fedlc")

@@ -1,6 +1,6 @@
-"""FedRS (Li & Zhan, KDD 2021), as ReBaFL's baseline (specs/rebafl.md §5): restricted softmax —
-during local training the logits of classes the client does not hold are multiplied by α, so
-their classifier rows are pushed less by the client's features.
+"""FedRS (Li & Zhan, KDD 2021), as ReBaFL's baseline (shared/specs/rebafl.md §5): restricted
+softmax — during local training the logits of classes the client does not hold are multiplied
+by α, so their classifier rows are pushed less by the client's features.
 
 The scaling is applied to the logits (weight and bias of the row alike).
 """
@@ -11,8 +11,8 @@ import torch
 
 from fedshare.errors import FedshareError
 from fedshare.functional.calibration import restricted_logits
+from fedshare.strategies._calibrated import CalibratedFedAvg
 from fedshare.strategies.base import register_strategy
-from fedshare.strategies.calibrated import CalibratedFedAvg
 
 
 @register_strategy("fedrs")

@@ -1,5 +1,5 @@
 """ReBaFL (Xu, Yang, Ding, Huang, arXiv 2303.06314): re-balanced local classifier training for
-label skew with client dropout. Spec: specs/rebafl.md §2 (algorithm), §7 (choices).
+label skew with client dropout. Spec: shared/specs/rebafl.md §2 (algorithm), §7 (choices).
 
 Client (§2.5): R-BSM loss CE(z + log π̂_i, y) with the relaxed prior of its own class counts
 (Eq. 10), plus μ × the R-BSM loss of the classifier alone on features moved to the class
@@ -30,8 +30,8 @@ from fedshare.engine.client import Client
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional import prototypes as protos
 from fedshare.functional.calibration import check_eps, log_relaxed_prior
+from fedshare.strategies._calibrated import client_class_counts
 from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
-from fedshare.strategies.calibrated import client_class_counts
 from fedshare.strategies.local import LossFn, train_local
 
 MEMORY = ("none", "last")

@@ -66,6 +66,8 @@ class SampleSharing(OneShotServer):
     quota: int | None = None
     """Shared samples per target label in all; None: the server's largest class minus its own."""
     blend_order: str = "fold_left"
+    """Reading of "g^p" (A3): fold_left | nested | sequence (binomial) | equal; MixFL also
+    folds [target, dummies] with it."""
     binarize: bool = False
     """Blend and encode {0, 255} images instead of uint8 grey levels (§3.1 option)."""
     mds_dims: int | None = None

@@ -1,5 +1,5 @@
 """FedAvg with a label-prior-calibrated local loss: the shared shape of BSM-FedAvg, FedLC and
-FedRS (specs/rebafl.md §5). Each subclass only says how the logits are calibrated from the
+FedRS (shared/specs/rebafl.md §5). Each subclass only says how the logits are calibrated from the
 client's class counts; the server is plain sample-weighted FedAvg and inference is the plain
 softmax of the global model.
 """
