@@ -1,11 +1,11 @@
 """Paper-scale regression for XorMixFL (Shin et al. 2020) on MNIST: Tables 2 and 3.
 
 Runs the experiment presets `xormixfl/table2` and `xormixfl/table3` on the real MNIST
-(FEDSHARE_DATA=/work/shared/datasets), 3 seeds per cell, and checks them against the paper's
+(FEDSHARE_DATA=../shared/datasets), 3 seeds per cell, and checks them against the paper's
 numbers stored in `fedshare/paper/tables/xormixfl_table{2,3}.json`. Tolerances and the
 orderings that did not reproduce are explained in docs/xormixfl.md.
 
-    FEDSHARE_DATA=/work/shared/datasets pytest -m paper tests/test_xormixfl_paper.py
+    FEDSHARE_DATA=../shared/datasets pytest -m paper tests/test_xormixfl_paper.py
 """
 
 import statistics

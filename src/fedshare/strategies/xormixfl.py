@@ -1,6 +1,6 @@
 """XorMixFL and MixFL (Shin et al. 2020, "XOR Mixup"): one-shot sharing of encoded samples.
 
-Spec: /work/shared/specs/xormixfl.md. Devices blend p samples per label (Eq. 1, §3.2), encode
+Spec: shared/specs/xormixfl.md. Devices blend p samples per label (Eq. 1, §3.2), encode
 their target-label blends with M dummy-label blends and upload the codes once (Algorithm 1,
 §3.5); the server tops its target labels up to its largest class (§3.6, A6), trains the global
 model centrally on its base samples plus the shared samples, and the run ends (one round).
