@@ -12,9 +12,9 @@ from torch import nn
 
 from fedshare.engine.client import Client
 from fedshare.functional.calibration import class_counts
+from fedshare.strategies._local import train_local
 from fedshare.strategies.base import Message, Update
 from fedshare.strategies.fedavg import FedAvg
-from fedshare.strategies.local import train_local
 
 
 def client_class_counts(client: Client) -> torch.Tensor:

@@ -3,8 +3,8 @@
 from dataclasses import dataclass
 
 from fedshare.engine.client import Client
+from fedshare.strategies._local import train_local
 from fedshare.strategies.base import Message, Strategy, Update, register_strategy
-from fedshare.strategies.local import train_local
 
 
 @register_strategy("fedavg")

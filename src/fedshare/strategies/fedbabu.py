@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
+from fedshare.strategies._local import train_local
 from fedshare.strategies.base import Message, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
-from fedshare.strategies.local import train_local
 
 
 @register_strategy("fedbabu")

@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from fedshare.engine.client import Client
+from fedshare.strategies._local import train_local
 from fedshare.strategies._sharing import OneShotSharing, check_fraction, fixed_subset
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
-from fedshare.strategies.local import train_local
 
 
 @register_strategy("feddata")

@@ -23,9 +23,9 @@ from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
 from fedshare.functional.losses import soft_cross_entropy
 from fedshare.functional.mixup import as_soft_labels, beta_weights, mix_labels, mix_pair
+from fedshare.strategies._local import train_local
 from fedshare.strategies._sharing import OneShotSharing, cycle_batches, fixed_groups
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
-from fedshare.strategies.local import train_local
 
 
 @register_strategy("fedmix")

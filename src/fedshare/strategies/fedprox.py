@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 from fedshare.engine.client import Client
+from fedshare.strategies._local import train_local
 from fedshare.strategies.base import Message, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
-from fedshare.strategies.local import train_local
 
 
 @register_strategy("fedprox")

@@ -43,6 +43,7 @@ from fedshare.functional.losses import KD_DIRECTIONS, distillation_kl, soft_cros
 from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
 from fedshare.privacy.dcor import VARIANTS, distance_correlation, mean_distance_correlation
 from fedshare.privacy.exposure import ExposureTracker
+from fedshare.strategies._local import finite_mean
 from fedshare.strategies._sharing import check_fraction, cycle_batches, fixed_subset
 from fedshare.strategies.base import (
     Message,
@@ -52,7 +53,6 @@ from fedshare.strategies.base import (
     Update,
     register_strategy,
 )
-from fedshare.strategies.local import finite_mean
 
 KD_INPUTS = ("buffer", "mixed")
 DCOR_SCHEDULES = ("linear", "constant")

@@ -31,8 +31,8 @@ from fedshare.errors import FedshareError, choices_message
 from fedshare.functional import prototypes as protos
 from fedshare.functional.calibration import check_eps, log_relaxed_prior
 from fedshare.strategies._calibrated import client_class_counts
+from fedshare.strategies._local import LossFn, train_local
 from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
-from fedshare.strategies.local import LossFn, train_local
 
 MEMORY = ("none", "last")
 
