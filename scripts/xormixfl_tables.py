@@ -151,26 +151,79 @@ def fmt(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {std:.2f} ({len(values)})"
 
 
+COLUMNS = [[k] for k in range(10)] + [[0, 2], [0, 8], [2, 4], [4, 8], [0, 2, 4, 8]]
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "–"
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} ± {std:.2f}"
+
+
+def report_table2(t2: dict[str, list[dict[str, Any]]], lookup: Any) -> None:
+    """Test accuracy beside the paper's (in parentheses), target-label accuracy, and the gaps."""
+    header = "| Target labels | " + " | ".join(NAMES[m] for m in METHODS) + " |"
+    rule = "|---" * (len(METHODS) + 1) + "|"
+    paper: dict[tuple[str, str], float] = {}
+    for method in METHODS:
+        for targets in COLUMNS:
+            preset = f"xormixfl/table2 partition.target_labels={label(targets)}"
+            paper[method, label(targets)] = lookup("xormixfl_table2", preset, method).mean
+    runs = {(m, label(t)): t2.get(f"{m} {label(t)}", []) for m in METHODS for t in COLUMNS}
+    counts = sorted({len(r) for r in runs.values()})
+    print(
+        f"Test accuracy (%), mean ± std over seeds ({'/'.join(map(str, counts))} a cell), "
+        "paper in parentheses:\n"
+    )
+    print(header + "\n" + rule)
+    for targets in COLUMNS:
+        col = label(targets)
+        cells = [
+            f"{mean_std([r['final_accuracy'] for r in runs[m, col]])} ({paper[m, col]:.2f})"
+            for m in METHODS
+        ]
+        print(f"| {col} | " + " | ".join(cells) + " |")
+    print("\nAccuracy on the target labels (%), mean ± std over seeds (not in the paper):\n")
+    print(header + "\n" + rule)
+    for targets in COLUMNS:
+        col = label(targets)
+        cells = [mean_std([r["target_accuracy"] for r in runs[m, col]]) for m in METHODS]
+        print(f"| {col} | " + " | ".join(cells) + " |")
+    print("\n| | " + " | ".join(NAMES[m] for m in METHODS) + " |\n" + rule)
+    means = {k: statistics.mean(r["final_accuracy"] for r in v) for k, v in runs.items() if v}
+    names = (
+        "mean over them, measured",
+        "mean over them, paper",
+        "largest \\|measured − paper\\|",
+        "wall time a run (s)",
+    )
+    columns = {m: [label(t) for t in COLUMNS if (m, label(t)) in means] for m in METHODS}
+    print("| columns measured | " + " | ".join(str(len(columns[m])) for m in METHODS) + " |")
+    for i, name in enumerate(names):
+        cells = []
+        for m in METHODS:
+            cols = columns[m]
+            if not cols:
+                cells.append("–")
+                continue
+            values = (
+                statistics.mean(means[m, c] for c in cols),
+                statistics.mean(paper[m, c] for c in cols),
+                max(abs(means[m, c] - paper[m, c]) for c in cols),
+                statistics.mean(r["wall_time_s"] for c in cols for r in runs[m, c]),
+            )
+            cells.append(f"{values[i]:.2f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def cmd_report(args: argparse.Namespace) -> None:
     from fedshare.paper.compare import lookup
 
     out = Path(args.out)
     t2 = load(out / "table2.jsonl")
-    cols = [[k] for k in range(10)] + [[0, 2], [0, 8], [2, 4], [4, 8], [0, 2, 4, 8]]
-    print(
-        "| Method | Target labels | Test acc. (measured) | Paper | Target-label acc. "
-        "| Wall time / run (s) |"
-    )
-    print("|---|---|---|---|---|---|")
-    for method in METHODS:
-        for targets in cols:
-            runs = t2.get(f"{method} {label(targets)}", [])
-            preset = f"xormixfl/table2 partition.target_labels={label(targets)}"
-            paper = lookup("xormixfl_table2", preset, method).mean
-            acc = fmt([r["final_accuracy"] for r in runs])
-            tgt = fmt([r["target_accuracy"] for r in runs])
-            wall = fmt([r["wall_time_s"] for r in runs]).split(" (")[0]
-            print(f"| {NAMES[method]} | {label(targets)} | {acc} | {paper:.2f} | {tgt} | {wall} |")
+    if t2:
+        report_table2(t2, lookup)
     t3 = load(out / "table3.jsonl")
     if t3:
         print(

@@ -1,5 +1,9 @@
 """Small builders shared by the tests."""
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 from fedshare.data import federate, load_dataset
 from fedshare.data.federated import FederatedData
 
@@ -16,3 +20,12 @@ def digits_federation(
 
 def without_wall_time(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in records]
+
+
+def load_script(name: str) -> ModuleType:
+    """A module of the repository's `scripts/` folder (not a package), by file name."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module

@@ -4,25 +4,20 @@ the CIFAR-10 sample. Slow tier (minutes): `pytest -m slow tests/test_fedpft_clai
 The settings come from scripts/fedpft_checks.py (one source for the docs' tables and these
 tests); docs/fedpft.md has the measured numbers."""
 
-import importlib.util
 import itertools
 import statistics
-from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import data_root_or_skip
 from fedshare.data import load_dataset
+from helpers import load_script
 
 pytestmark = pytest.mark.slow
 SEEDS = [0, 1, 2]
 
-_spec = importlib.util.spec_from_file_location(
-    "fedpft_checks", Path(__file__).resolve().parents[1] / "scripts" / "fedpft_checks.py"
-)
-checks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(checks)  # type: ignore[union-attr]
+checks = load_script("fedpft_checks")
 
 
 @pytest.fixture(autouse=True, scope="module")
