@@ -26,7 +26,9 @@ NAMES = {
     "fedavg": "Vanilla FL",
     "standalone": "Standalone",
 }
+COLUMNS = [[k] for k in range(10)] + [[0, 2], [0, 8], [2, 4], [4, 8], [0, 2, 4, 8]]  # Table 2's
 TARGETS = [[9], [0, 2, 4, 8], [0, 2], [2, 4]] + [[k] for k in range(9)] + [[0, 8], [4, 8]]
+"""The sweep's order: the columns the paper discusses first, so a partial sweep is useful."""
 
 
 def label(targets: list[int]) -> str:
@@ -144,21 +146,16 @@ def load(path: Path) -> dict[str, list[dict[str, Any]]]:
     return groups
 
 
-def fmt(values: list[float]) -> str:
-    if not values:
-        return "–"
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.2f} ± {std:.2f} ({len(values)})"
-
-
-COLUMNS = [[k] for k in range(10)] + [[0, 2], [0, 8], [2, 4], [4, 8], [0, 2, 4, 8]]
-
-
 def mean_std(values: list[float]) -> str:
     if not values:
         return "–"
     std = statistics.stdev(values) if len(values) > 1 else 0.0
     return f"{statistics.mean(values):.2f} ± {std:.2f}"
+
+
+def fmt(values: list[float]) -> str:
+    """mean ± std (runs)."""
+    return f"{mean_std(values)} ({len(values)})" if values else "–"
 
 
 def report_table2(t2: dict[str, list[dict[str, Any]]], lookup: Any) -> None:
@@ -199,21 +196,19 @@ def report_table2(t2: dict[str, list[dict[str, Any]]], lookup: Any) -> None:
         "wall time a run (s)",
     )
     columns = {m: [label(t) for t in COLUMNS if (m, label(t)) in means] for m in METHODS}
+    stats = {
+        m: (
+            statistics.mean(means[m, c] for c in cols),
+            statistics.mean(paper[m, c] for c in cols),
+            max(abs(means[m, c] - paper[m, c]) for c in cols),
+            statistics.mean(r["wall_time_s"] for c in cols for r in runs[m, c]),
+        )
+        for m, cols in columns.items()
+        if cols
+    }
     print("| columns measured | " + " | ".join(str(len(columns[m])) for m in METHODS) + " |")
     for i, name in enumerate(names):
-        cells = []
-        for m in METHODS:
-            cols = columns[m]
-            if not cols:
-                cells.append("–")
-                continue
-            values = (
-                statistics.mean(means[m, c] for c in cols),
-                statistics.mean(paper[m, c] for c in cols),
-                max(abs(means[m, c] - paper[m, c]) for c in cols),
-                statistics.mean(r["wall_time_s"] for c in cols for r in runs[m, c]),
-            )
-            cells.append(f"{values[i]:.2f}")
+        cells = [f"{stats[m][i]:.2f}" if m in stats else "–" for m in METHODS]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
