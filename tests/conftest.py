@@ -17,6 +17,16 @@ from fedshare.errors import FedshareError
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module (`pytest.mark.usefixtures("one_thread")`): small models run
+    fastest on one, and on a loaded machine two threads wait on each other at every operation."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _skip_or_fail(reason: str) -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"{reason} (CI must run every data test)")

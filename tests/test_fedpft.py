@@ -19,17 +19,10 @@ from fedshare.functional.gmm import component_params
 from fedshare.strategies import make_strategy
 from fedshare.strategies.fedpft import gmm_bytes, gmm_params, head_bytes, raw_feature_bytes
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TRAIN = {"optimizer": "adam", "lr": 0.01, "batch_size": 256, "local_epochs": 20}
 MIB = 2**20
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small linear heads and EM run fastest on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -8,25 +8,15 @@ import itertools
 import statistics
 
 import pytest
-import torch
 
 from conftest import data_root_or_skip
 from fedshare.data import load_dataset
 from helpers import load_script
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 SEEDS = [0, 1, 2]
 
 checks = load_script("fedpft_checks")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny linear heads run fastest on one thread (the runs are many and small)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def means(results):

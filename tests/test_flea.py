@@ -20,6 +20,8 @@ from fedshare.strategies import make_strategy
 from fedshare.strategies.flea import dcor_weight_at
 from helpers import digits_federation, without_wall_time
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TRAIN = {
     "optimizer": "adam",
     "lr": 1e-3,
@@ -27,16 +29,6 @@ TRAIN = {
     "batch_size": 32,
     "optimizer_reset_each_step": True,
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small models run fastest on one thread, and a loaded shared machine makes two threads
-    wait on each other at every operation; restore the setting afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from fedshare.data import federate
 from fedshare.privacy.reconstruction import reconstruction_attack
 from fedshare.strategies import make_strategy
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TRAIN = {
     "optimizer": "adam",
     "lr": 1e-3,
@@ -31,16 +33,6 @@ PARTITIONS = {
     "qua3": {"name": "quantity", "classes_per_client": 3},
     "dir0.1": {"name": "dirichlet", "alpha": 0.1},
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small models run fastest on one thread, and a loaded shared machine makes two threads
-    wait on each other at every operation; restore the setting afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -17,14 +17,7 @@ from fedshare.functional.gmm import (
     unpack_mixtures,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small linear heads and EM run fastest on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def clustered(n: int = 600, d: int = 6, seed: int = 0) -> np.ndarray:

@@ -12,6 +12,8 @@ from fedshare.errors import FedshareError
 from fedshare.models import MODELS, BlockModel, build_model, prepare_for_device
 from fedshare.models.resnet_cifar import PRETRAINED_FILE, PRETRAINED_MEAN, PRETRAINED_STD
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "model"
 
 # name -> (input shape, classes): every registered model, at the size its paper used.
@@ -29,15 +31,6 @@ CASES: dict[str, tuple[tuple[int, ...], int]] = {
     "resnet18": ((3, 32, 32), 10),
     "resnet50": ((3, 32, 32), 10),
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small forward passes: one thread is much faster than two on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def build(name: str, **params: object) -> BlockModel:

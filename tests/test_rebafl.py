@@ -21,17 +21,9 @@ from fedshare.strategies import SetupContext, Update, make_strategy
 from fedshare.strategies.rebafl import ReBaFL
 from helpers import digits_federation, without_wall_time
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 C = 10
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """LeNet-sized batches run fastest on one thread, and a shared 2-core machine is not
-    oversubscribed; the conftest's thread count is restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 PAT = {"name": "pathological", "classes_per_client": 2, "per_class": 40}

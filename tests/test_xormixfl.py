@@ -16,18 +16,10 @@ from fedshare.privacy.mds import classical_mds, distance_stats, min_contributor_
 from fedshare.strategies import make_strategy
 from helpers import digits_federation, load_script
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 SMALL = {"name": "xormix", "target_labels": [9], "n": 2, "m": 25}
 TRAIN = {"local_epochs": 50, "batch_size": 32, "optimizer": "adam", "lr": 1e-2}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These models are tiny: one thread avoids OpenMP contention on a busy shared CPU (two
-    threads ran this module's runs ~20× slower there)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def images(gen: torch.Generator, *shape: int) -> torch.Tensor:

@@ -11,23 +11,18 @@ orderings that did not reproduce are explained in docs/xormixfl.md.
 import statistics
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 
 from fedshare.paper.compare import lookup
 from fedshare.run import config_dir, execute
 
-pytestmark = pytest.mark.paper
+pytestmark = [pytest.mark.paper, pytest.mark.usefixtures("one_thread")]
 SEEDS = (0, 1, 2)
 
 
 @pytest.fixture(autouse=True)
 def mnist(mnist_root, monkeypatch):
     monkeypatch.setenv("FEDSHARE_DATA", str(mnist_root))
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def run(table: int, overrides: list[str], seed: int, tmp_path) -> dict:
