@@ -63,24 +63,38 @@ def test_experiment_preset_by_name(tmp_path):
     ("args", "message"),
     [
         (["strategy=nosuch"], "unknown strategy 'nosuch'; valid choices: "),
-        (["rounds=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
-        (["nosuchkey=1"], "Could not override 'nosuchkey'"),
+        (["rounds=abc"], "rounds='abc' is not valid"),
+        (["nosuchkey=1"], "unknown key 'nosuchkey'; valid keys: "),
+        (["train.lrr=0.1"], "unknown key 'train.lrr'; valid keys of train: "),
+        (["-m", "strategy=fedavg,fedprx"], "unknown strategy 'fedprx'; valid choices: "),
+        (["-m", "train.lr=0.1,abc"], "train.lr='abc' is not valid"),
         (["+strategy.mux=1"], "strategy 'fedavg' has no parameter 'mux'"),
-        (["data=mnist", "data.root=/nonexistent/x"], "dataset 'mnist' not found"),
+        (["strategy=fedprox", "strategy.mu=-1"], "mu=-1"),
+        (["data=mnist", "data.root=/nonexistent/x"], "/nonexistent/x"),
         (["partition=dir0.1", "partition.min_size=1000"], "min_size=1000 is infeasible"),
+        (["data.train_subset=100000"], "train_subset=100000"),
+        (["train.local_epochs=0"], "train.local_epochs=0"),
+        (["model=resnet20_cifar"], "model 'resnet20_cifar' expects"),
+        (["strategy=fedpft", "rounds=3"], "one-shot"),
+        (["resume=true"], "resume=true needs run_dir"),
     ],
 )
 def test_user_errors_give_one_clear_message(tmp_path, args, message):
+    """Every user error: exit code 2, one line naming the bad value, no traceback, and no run
+    folder left behind."""
+    run_dir = [] if "resume=true" in args else [f"run_dir={tmp_path / 'e'}"]
     proc = fedshare_run(
-        *args,
         *FAST,
-        f"run_dir={tmp_path / 'e'}",
+        *args,
+        *run_dir,
         cwd=tmp_path,
         env={"FEDSHARE_DATA": str(tmp_path / "empty")},
     )
-    assert proc.returncode != 0
+    assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "e").exists() and not (tmp_path / "runs").exists()
 
 
 def test_nan_loss_stops_with_a_message_and_keeps_files(tmp_path):
@@ -98,7 +112,6 @@ def test_cli_resume_continues_to_the_uninterrupted_numbers(tmp_path):
         "progress=false",
         "clients.num=4",
         "clients.fraction=0.5",
-        "checkpoint.every=1",
     ]
     full, cut = tmp_path / "full", tmp_path / "cut"
     assert fedshare_run(*common, "rounds=3", f"run_dir={full}", cwd=tmp_path).returncode == 0
@@ -131,3 +144,5 @@ def test_multirun_sweep_with_the_joblib_launcher(tmp_path):
         for p in summaries
     }
     assert seen == {("fedavg", 0), ("fedavg", 1), ("fedprox", 0), ("fedprox", 1)}
+    names = sorted(p.parent.name for p in summaries)
+    assert all("seed=" in n and "strategy=" in n for n in names), names

@@ -15,6 +15,7 @@ from fedshare.config import (
     TrainConfig,
 )
 from fedshare.data.federated import FederatedData
+from fedshare.defaults import resolve_rounds
 from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.simulation import RoundCallback, RunResult, Simulation
 from fedshare.errors import FedshareError
@@ -53,7 +54,7 @@ def simulate(
     strategy: Strategy | str,
     data: FederatedData,
     model: nn.Module | str = "auto",
-    rounds: int = 10,
+    rounds: int | None = None,
     *,
     seed: int = 0,
     clients: ClientsConfig | Mapping[str, Any] | None = None,
@@ -64,16 +65,21 @@ def simulate(
     progress: bool = False,
     run_dir: str | Path | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     callbacks: list[RoundCallback] | None = None,
 ) -> RunResult:
     """Run `strategy` on federated `data` with `model` for `rounds` rounds.
 
     `strategy` and `model` may be registry names; a named model is initialised from `seed`.
-    With `run_dir`, the run directory files are written there (and `resume=True` continues
-    from its checkpoint). Returns a `RunResult` with the history and summary.
+    `rounds=None` is 1 for a one-shot strategy, else 20. `train` is taken as given: the fields
+    it leaves out keep `TrainConfig`'s defaults (the command line's layered defaults are
+    `fedshare.defaults.resolve_train`). With `run_dir`, the run directory files are written
+    there: a folder that holds a run is refused unless `overwrite=True`, and `resume=True`
+    continues from its checkpoint. Returns a `RunResult` with the history and summary.
     """
+    strategy_obj = make_strategy(strategy) if isinstance(strategy, str) else strategy
     config = SimulationConfig(
-        rounds=rounds,
+        rounds=resolve_rounds(rounds, strategy_obj),
         seed=seed,
         device=device,
         progress=progress,
@@ -82,7 +88,6 @@ def simulate(
         eval=as_config(EvalConfig, eval),
         checkpoint=as_config(CheckpointConfig, checkpoint),
     )
-    strategy_obj = make_strategy(strategy) if isinstance(strategy, str) else strategy
     model_name = model if isinstance(model, str) else type(model).__name__
     model_obj = init_model(model, data, seed) if isinstance(model, str) else model
     meta = {
@@ -91,5 +96,7 @@ def simulate(
         "partition": data.partition.name,
         "model": data.dataset.default_model if model_name == "auto" else model_name,
     }
-    sim = Simulation(strategy_obj, data, model_obj, config, run_dir, meta, callbacks)
+    sim = Simulation(
+        strategy_obj, data, model_obj, config, run_dir, meta, callbacks, overwrite=overwrite
+    )
     return sim.run(resume=resume)

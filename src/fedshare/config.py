@@ -4,7 +4,7 @@ The dataclasses double as Hydra structured-config schemas, so a wrong key or typ
 override is rejected before anything runs.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
 
@@ -59,8 +59,9 @@ class EvalConfig:
 
 @dataclass
 class CheckpointConfig:
-    every: int = 0
-    """Save a checkpoint every `every` rounds (0 = never)."""
+    every: int = 1
+    """Keep the latest state in `checkpoint.pt` (one file, overwritten atomically) every `every`
+    rounds, so a killed run can be resumed; 0 = never."""
 
 
 @dataclass
@@ -77,13 +78,35 @@ class SimulationConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
+def unset_fields(cls: type, name: str) -> type:
+    """A copy of dataclass `cls` whose fields are all optional and None (= not set here), so
+    the layers of defaults below the command line can fill what the user did not set."""
+    return make_dataclass(
+        name,
+        [(f.name, f.type if f.type is Any else f.type | None, None) for f in fields(cls)],
+        namespace={"__doc__": f"{cls.__name__} with every field unset (None) by default."},
+    )
+
+
+TrainSettings = unset_fields(TrainConfig, "TrainSettings")
+
+
 @dataclass
 class RunConfig(SimulationConfig):
-    """The Hydra schema of one command-line run: simulation settings plus the four choices."""
+    """The Hydra schema of one command-line run: simulation settings plus the four choices.
 
+    `rounds` and the `train` keys are None unless a preset or the command line sets them; the
+    run fills them from the strategy, then the dataset, then the global defaults
+    (`fedshare.defaults`).
+    """
+
+    rounds: int | None = None  # type: ignore[assignment]
+    train: TrainSettings = field(default_factory=TrainSettings)  # type: ignore[valid-type]
     strategy: Any = None
     data: Any = None
     partition: Any = None
     model: Any = None
     run_dir: str | None = None
     resume: bool = False
+    overwrite: bool = False
+    """Replace a run already in `run_dir` (its files are deleted first)."""

@@ -78,3 +78,8 @@ def check_params(
             value = float(value)
         out[key] = value
     return out
+
+
+def params_of(obj: Any) -> dict[str, Any]:
+    """The parameters a dataclass instance (a strategy) was built with, by name."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}

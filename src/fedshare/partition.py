@@ -15,7 +15,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from fedshare.errors import FedshareError
-from fedshare.run import check_group_choices, config_dir
+from fedshare.overrides import check_overrides
+from fedshare.run import config_dir
 
 DEFAULT_DIR = (
     "partitions/${data.name}-${hydra:runtime.choices.partition}/seed${seed}-${now:%Y%m%d-%H%M%S}"
@@ -40,6 +41,7 @@ def inspect_partition(cfg: DictConfig, output_dir: Path) -> str:
         run.clients.samples_per_client,
     )
     directory = RunDirectory(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
     directory.write_partition(fed.partition.summary())
     png = plot_partition(fed.partition, output_dir / "partition.png")
     return (
@@ -62,7 +64,7 @@ def _main(cfg: DictConfig) -> None:
 def main() -> None:
     args = sys.argv[1:]
     try:
-        check_group_choices(args)
+        check_overrides(args, config_dir())
     except FedshareError as err:
         print(f"fedshare: error: {err}", file=sys.stderr)
         sys.exit(2)

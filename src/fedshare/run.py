@@ -4,9 +4,12 @@ Hydra composes the config from the groups in `configs/`; this module turns it in
 runs the simulation and writes the run directory (DESIGN.md's contract).
 """
 
+import contextlib
+import secrets
+import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -14,7 +17,16 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from fedshare.config import RunConfig
-from fedshare.errors import FedshareError, choices_message
+from fedshare.errors import FedshareError
+from fedshare.overrides import check_overrides
+from fedshare.results.rundir import LOCK_FILE
+
+if TYPE_CHECKING:
+    from fedshare.engine.simulation import Simulation
+
+USER_ERROR = 2
+"""The exit code of every user error (a bad value, missing data, a refused run folder)."""
+INTERRUPTED = 130
 
 
 def config_dir() -> Path:
@@ -27,6 +39,12 @@ def config_dir() -> Path:
 
 
 ConfigStore.instance().store(name="fedshare_schema", node=RunConfig)
+# A per-process token in default run folder names: two runs started in the same second get
+# different folders (the run folder's lock refuses a second writer in any case).
+OmegaConf.register_new_resolver("fedshare.token", lambda: secrets.token_hex(3), use_cache=True)
+OmegaConf.register_new_resolver(
+    "fedshare.path_safe", lambda text: str(text).replace("/", "_").replace(" ", "")[:180] or "run"
+)
 
 
 def group_params(node: Any) -> tuple[str, dict[str, Any]]:
@@ -38,17 +56,25 @@ def group_params(node: Any) -> tuple[str, dict[str, Any]]:
     return str(name), values
 
 
-def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[str, Any]:
-    """Build everything from a composed config, run it, and return the summary."""
+def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> "Simulation":
+    """Every object of the run, checked, with nothing written yet: the strategy (its
+    parameters), the data, the partition, the model, and the layered defaults."""
+    from dataclasses import asdict
+
     from fedshare.api import init_model
-    from fedshare.data import federate, load_dataset, plot_partition
+    from fedshare.config import SimulationConfig
+    from fedshare.data import federate, load_dataset
+    from fedshare.defaults import resolve_rounds, resolve_train
     from fedshare.engine.simulation import Simulation
-    from fedshare.results.rundir import RunDirectory
     from fedshare.strategies import make_strategy
 
     run: RunConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    strategy_name, strategy_params = group_params(cfg.strategy)
+    strategy = make_strategy(strategy_name, strategy_params)
+    rounds = resolve_rounds(run.rounds, strategy)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     dataset = load_dataset(data_cfg, seed=run.seed)  # type: ignore[arg-type]
+    train = resolve_train(asdict(run.train), strategy, dataset.name)
     partition_cfg = OmegaConf.to_container(cfg.partition, resolve=True)
     fed = federate(
         dataset,
@@ -61,23 +87,52 @@ def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[
     if model_name == "auto":
         model_name = dataset.default_model
     model = init_model(model_name, fed, run.seed, model_params)
-    strategy_name, strategy_params = group_params(cfg.strategy)
-    strategy = make_strategy(strategy_name, strategy_params)
-
-    directory = RunDirectory(output_dir)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["model"]["name"] = model_name  # type: ignore[index]
-    directory.write_config(resolved)  # type: ignore[arg-type]
+    config = SimulationConfig(
+        rounds=rounds,
+        seed=run.seed,
+        device=run.device,
+        progress=run.progress,
+        clients=run.clients,
+        train=train,
+        eval=run.eval,
+        checkpoint=run.checkpoint,
+    )
+    record: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    record["model"]["name"] = model_name
+    record.update(rounds=rounds, train=asdict(train), run_dir=str(output_dir))
     meta = {
         "strategy": strategy_name,
         "data": dataset.name,
         "partition": choices.get("partition", fed.partition.name),
         "model": model_name,
     }
-    sim = Simulation(strategy, fed, model, run, output_dir, meta)
-    plot_partition(fed.partition, output_dir / "partition.png")
-    result = sim.run(resume=run.resume)
-    return result.summary
+    return Simulation(
+        strategy, fed, model, config, output_dir, meta, record=record, overwrite=run.overwrite
+    )
+
+
+def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[str, Any]:
+    """Build and run a composed config into `output_dir`; return the summary."""
+    return build_simulation(cfg, output_dir, choices).run(resume=bool(cfg.resume)).summary
+
+
+def discard_if_unused(folder: Path) -> None:
+    """Remove the folder Hydra made for a run that stopped before writing anything."""
+    if folder.is_dir() and {p.name for p in folder.iterdir()} <= {LOCK_FILE}:
+        (folder / LOCK_FILE).unlink(missing_ok=True)
+        folder.rmdir()
+        cwd = Path.cwd().resolve()
+        for parent in folder.resolve().parents:  # runs/<setting>/ made for this run alone
+            if parent == cwd or cwd not in parent.parents:
+                break
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+
+
+def fail(message: str) -> NoReturn:
+    """A user error: one sentence on stderr, exit code 2."""
+    print(f"fedshare: error: {message}", file=sys.stderr)
+    sys.exit(USER_ERROR)
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
@@ -86,10 +141,20 @@ def _main(cfg: DictConfig) -> float | None:
     output_dir = Path(hydra_cfg.runtime.output_dir)
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if isinstance(v, str)}
     try:
+        if cfg.resume and not any(o.startswith("run_dir=") for o in hydra_cfg.overrides.task):
+            raise FedshareError("resume=true needs run_dir=<the folder of the run to resume>")
         summary = execute(cfg, output_dir, choices)
     except FedshareError as err:
-        print(f"fedshare: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        discard_if_unused(output_dir)
+        fail(str(err))
+    except KeyboardInterrupt as stop:
+        discard_if_unused(output_dir)
+        print(
+            f"fedshare: interrupted ({stop or 'SIGINT'}); what was written stays in "
+            f"{output_dir}: continue with run_dir={output_dir} resume=true",
+            file=sys.stderr,
+        )
+        sys.exit(INTERRUPTED)
     print(
         f"{summary['strategy']} on {summary['data']}/{summary['partition']}: "
         f"final {summary['final_accuracy']:.2f}%  best {summary['best_accuracy']:.2f}%  "
@@ -98,29 +163,22 @@ def _main(cfg: DictConfig) -> float | None:
     return summary["best_accuracy"]
 
 
-GROUPS = ("strategy", "data", "partition", "model", "experiment")
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (a cluster's time limit) stops the run as Ctrl-C does: summary.json says
+    "interrupted" and the latest checkpoint stays for `resume=true`."""
 
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
 
-def check_group_choices(argv: list[str]) -> None:
-    """Reject an unknown `group=option` before Hydra does, in one sentence."""
-    root = config_dir()
-    for arg in argv:
-        key, sep, value = arg.lstrip("+~").partition("=")
-        if not sep or key not in GROUPS or "," in value or value in ("null", ""):
-            continue
-        if not (root / key / f"{value}.yaml").exists():
-            options = sorted(
-                str(p.relative_to(root / key).with_suffix("")) for p in (root / key).rglob("*.yaml")
-            )
-            raise FedshareError(choices_message(key, value, options))
+    signal.signal(signal.SIGTERM, stop)
 
 
 def main() -> None:
     try:
-        check_group_choices(sys.argv[1:])
+        check_overrides(sys.argv[1:], config_dir())
     except FedshareError as err:
-        print(f"fedshare: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        fail(str(err))
+    interrupt_on_sigterm()
     _main()
 
 

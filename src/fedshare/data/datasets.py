@@ -66,6 +66,13 @@ def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
         cache=bool(cfg.get("cache", True)),
     )
     data = loader(request, **options)
+    for split, labels in (("train", data.y_train), ("test", data.y_test)):
+        size = cfg.get(f"{split}_subset")
+        if size is not None and not 0 < size <= len(labels):
+            raise FedshareError(
+                f"data.{split}_subset={size} must be between 1 and the {len(labels)} {split} "
+                f"samples of {name}"
+            )
     if cfg.get("train_subset"):
         keep = balanced_subset(
             data.y_train.numpy(), int(cfg["train_subset"]), numpy_rng(seed, "train_subset")

@@ -64,6 +64,13 @@ def federate(
     n = resolve_num_clients(len(dataset.y_train), num_clients, samples_per_client)
     labels = dataset.y_train.cpu().numpy()
     part = make_partition(labels, n, cfg, numpy_rng(seed, "partition"), dataset.num_classes)
+    empty = [k for k, ix in enumerate(part.client_indices) if len(ix) == 0]
+    if empty:
+        raise FedshareError(
+            f"partition {part.name!r} leaves {len(empty)} of {n} clients with no samples "
+            f"(clients {empty[:5]}{' …' if len(empty) > 5 else ''}); use fewer clients or a "
+            f"partition that gives every client data"
+        )
     dataset = apply_domain_shift(dataset, part)
     indices = [torch.from_numpy(ix) for ix in part.client_indices]
     return FederatedData(dataset, part, indices)

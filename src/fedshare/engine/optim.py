@@ -33,10 +33,12 @@ def check_train_config(cfg: TrainConfig) -> None:
         raise FedshareError(choices_message("train.lr_schedule", cfg.lr_schedule, list(SCHEDULES)))
     if cfg.lr <= 0:
         raise FedshareError(f"train.lr={cfg.lr} must be positive")
-    if cfg.batch_size < 1 or cfg.local_epochs < 0:
+    if cfg.batch_size < 1:
+        raise FedshareError(f"train.batch_size={cfg.batch_size} must be >= 1")
+    if cfg.local_epochs < 1:
         raise FedshareError(
-            f"train.batch_size={cfg.batch_size} must be >= 1 and "
-            f"train.local_epochs={cfg.local_epochs} >= 0"
+            f"train.local_epochs={cfg.local_epochs} must be >= 1 (a run that shares without "
+            f"training: strategy.server_epochs=0 for the one-shot server strategies)"
         )
 
 

@@ -3,7 +3,7 @@
 import copy
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,8 @@ from torch import nn
 
 from fedshare.config import SimulationConfig
 from fedshare.data.federated import FederatedData
+from fedshare.data.partition_plot import plot_partition
+from fedshare.defaults import resolve_rounds
 from fedshare.engine.accounting import Traffic
 from fedshare.engine.checkpoint import (
     load_checkpoint,
@@ -23,9 +25,11 @@ from fedshare.engine.client import Client
 from fedshare.engine.evaluation import evaluate
 from fedshare.engine.optim import check_train_config, learning_rate
 from fedshare.engine.progress import Progress
+from fedshare.engine.resume import check_same_run
 from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
 from fedshare.errors import FedshareError, NonFiniteLossError
+from fedshare.params import params_of
 from fedshare.results.rundir import RunDirectory, summarize
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
 
@@ -101,10 +105,16 @@ class Simulation:
         run_dir: str | Path | None = None,
         meta: Mapping[str, Any] | None = None,
         callbacks: list[RoundCallback] | None = None,
+        record: Mapping[str, Any] | None = None,
+        overwrite: bool = False,
     ) -> None:
+        """`record` is the resolved config that `config.yaml` records and a resume must match
+        (default: the simulation settings, `meta` and the strategy's parameters); with
+        `overwrite`, a previous run's files in `run_dir` are deleted instead of refused."""
         check_train_config(config.train)
         if config.rounds < 1:
             raise FedshareError(f"rounds={config.rounds} must be at least 1")
+        resolve_rounds(config.rounds, strategy)  # a one-shot strategy refuses rounds != 1
         if config.eval.every < 1:
             raise FedshareError(f"eval.every={config.eval.every} must be at least 1")
         self.config = config
@@ -116,6 +126,8 @@ class Simulation:
         self.meta = dict(meta or {})
         self.callbacks = list(callbacks or [])
         self.dir = RunDirectory(run_dir) if run_dir is not None else None
+        self.record = dict(record) if record is not None else self._default_record()
+        self.overwrite = overwrite
         clients = config.clients
         probs = availability_per_client(
             clients.availability, data.partition.groups, data.num_clients
@@ -183,23 +195,48 @@ class Simulation:
         }
 
     # ------------------------------------------------------------------ the loop
-    def _setup(self, resume: bool) -> None:
+    def _default_record(self) -> dict[str, Any]:
+        strategy = {"name": self.strategy.name, **params_of(self.strategy)}
+        return {**self.meta, **asdict(self.config), "strategy": strategy}
+
+    def _open_dir(self, resume: bool) -> dict[str, Any] | None:
+        """Check the run directory before writing anything: a resume must match the
+        checkpoint's config and partition, a new run needs an unused folder (or `overwrite`).
+        Returns the checkpoint to resume from."""
+        if self.dir is None:
+            if resume:
+                raise FedshareError("resume=true needs the run directory of the run to resume")
+            return None
+        if resume:
+            state = load_checkpoint(self.dir.checkpoint_path)
+            check_same_run(state.get("config"), self.record, self.dir.checkpoint_path)
+            if state["fingerprint"] != self.data.partition.fingerprint:
+                raise FedshareError(
+                    f"the checkpoint in {self.dir.path} was made with partition "
+                    f"{state['fingerprint']}, not {self.data.partition.fingerprint}; resume "
+                    f"with the same data and partition"
+                )
+            return state
+        used = self.dir.run_files()
+        if used and not self.overwrite:
+            raise FedshareError(
+                f"run_dir {self.dir.path} already holds a run ({', '.join(used)}); pass "
+                f"resume=true to continue it, overwrite=true to replace it, or another run_dir"
+            )
+        self.dir.clear()
+        return None
+
+    def _setup(self, state: dict[str, Any] | None) -> None:
         self.strategy.setup(SetupContext(self.model, self.data, self.config, self.device))
         if self.dir is not None:
+            self.dir.write_config(self.record)
             self.dir.write_partition(self.data.partition.summary())
-        if not resume:
+            plot_partition(self.data.partition, self.dir.path / "partition.png")
+        if state is None:
             if self.dir is not None:
                 self.dir.rewrite_metrics([])
             return
-        if self.dir is None:
-            raise FedshareError("resume=true needs a run directory to resume from")
-        state = load_checkpoint(self.dir.checkpoint_path)
-        if state["fingerprint"] != self.data.partition.fingerprint:
-            raise FedshareError(
-                f"the checkpoint in {self.dir.path} was made with partition "
-                f"{state['fingerprint']}, not {self.data.partition.fingerprint}; resume with "
-                f"the same config"
-            )
+        assert self.dir is not None
         self.strategy.load_state_dict(state["strategy"])
         self.history = list(state["history"])
         self.rounds_completed = int(state["rounds_completed"])
@@ -220,6 +257,7 @@ class Simulation:
                 "wall_time_s": elapsed,
                 "rng": rng_state(),
                 "fingerprint": self.data.partition.fingerprint,
+                "config": self.record,
             },
         )
 
@@ -241,7 +279,15 @@ class Simulation:
         )
 
     def run(self, resume: bool = False) -> RunResult:
-        self._setup(resume)
+        """Run (or, with `resume`, continue) the rounds; with a run directory, hold its lock
+        and check it before anything is written."""
+        if self.dir is None:
+            return self._run(self._open_dir(resume))
+        with self.dir.locked():
+            return self._run(self._open_dir(resume))
+
+    def _run(self, state: dict[str, Any] | None) -> RunResult:
+        self._setup(state)
         cfg = self.config
         start = time.perf_counter()
         progress = Progress(

@@ -105,6 +105,15 @@ class BlockModel(nn.Module):
         return self
 
 
+def require_body(model: nn.Module, strategy: str) -> None:
+    """Refuse a model with nothing before its head for a method that trains or reads a body."""
+    if not isinstance(model, BlockModel) or model.num_blocks < 2:
+        raise FedshareError(
+            f"strategy {strategy} needs a model with a feature extractor before its head; "
+            f"{getattr(model, 'block_names', type(model).__name__)} has none (use e.g. model=mlp)"
+        )
+
+
 def prepare_for_device(
     model: nn.Module, device: torch.device | str | None = None, channels_last: bool = False
 ) -> nn.Module:

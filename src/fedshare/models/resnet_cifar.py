@@ -82,7 +82,9 @@ def resnet20_cifar(
     everything but the head (a frozen feature extractor). Default `share_layer`: the 64-d
     penultimate features.
     """
-    require_input("resnet20_cifar", input_shape, 3, "C×H×W images")
+    require_input(
+        "resnet20_cifar", input_shape, 3, "C×32×32 (CIFAR-sized) images", (None, 32, 32)
+    )
     c_in = input_shape[0]
     blocks: list[tuple[str, nn.Module]] = [
         (

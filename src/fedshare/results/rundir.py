@@ -1,11 +1,31 @@
 """The run directory contract: config.yaml, metrics.jsonl, summary.json, partition.json."""
 
+import contextlib
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from fedshare.errors import FedshareError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; runs are still refused into used folders
+    fcntl = None  # type: ignore[assignment]
+
+RUN_FILES = (
+    "config.yaml",
+    "metrics.jsonl",
+    "summary.json",
+    "partition.json",
+    "partition.png",
+    "curves.png",
+    "checkpoint.pt",
+)
+"""Every file a run writes (the run-directory contract), and what `overwrite` deletes."""
+LOCK_FILE = ".lock"
 
 SUMMARY_KEYS = (
     "strategy",
@@ -49,7 +69,32 @@ class RunDirectory:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+
+    def run_files(self) -> list[str]:
+        """The run files already in the folder (empty for a new or unused folder)."""
+        return [name for name in RUN_FILES if (self.path / name).exists()]
+
+    def clear(self) -> None:
+        """Delete a previous run's files (`overwrite=true`); nothing else in the folder."""
+        for name in self.run_files():
+            (self.path / name).unlink()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold an exclusive lock on the folder while a run writes to it, so that a second
+        process refuses to start instead of mixing its records into this run's files."""
         self.path.mkdir(parents=True, exist_ok=True)
+        lock = self.path / LOCK_FILE
+        with lock.open("a") as fh:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise FedshareError(
+                        f"another fedshare process is writing to {self.path}; wait for it to "
+                        f"finish or choose another run_dir"
+                    ) from None
+            yield  # the lock goes with the file handle; the empty .lock file stays (no race)
 
     @property
     def metrics_path(self) -> Path:

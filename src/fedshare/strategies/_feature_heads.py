@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshare.config import SimulationConfig, TrainConfig
+from fedshare.config import TrainConfig
 from fedshare.engine.client import Client
 from fedshare.engine.optim import make_optimizer
 from fedshare.engine.rng import torch_generator
@@ -30,6 +30,15 @@ from fedshare.functional.losses import distillation_kl
 from fedshare.models.base import BlockModel
 
 EXTRACT_BATCH = 1024
+HEAD_TRAINING = {
+    "optimizer": "adam",
+    "lr": 1e-4,
+    "momentum": 0.0,
+    "batch_size": 32,
+    "local_epochs": 50,
+}
+"""FedPFT's head training (specs/fedpft.md §2.2: Adam 1e-4, batch 32, 50 epochs), the default of
+the one-shot feature strategies (`Strategy.train_defaults`)."""
 
 
 def linear_head(model: nn.Module) -> nn.Linear:
@@ -42,15 +51,12 @@ def linear_head(model: nn.Module) -> nn.Linear:
             f"{type(model).__name__}; use model=linear on a feature dataset, or a backbone such "
             f"as model=resnet20_cifar model.pretrained=true"
         )
-    return layers[0]
-
-
-def require_one_round(name: str, config: SimulationConfig) -> None:
-    if config.rounds != 1:
+    if layers[0].bias is None:
         raise FedshareError(
-            f"strategy {name!r} is one-shot (a single communication round); set rounds=1, got "
-            f"rounds={config.rounds}"
+            f"the one-shot feature strategies need a head with a bias, but "
+            f"{type(model).__name__}'s head has none; use model=linear on a feature dataset"
         )
+    return layers[0]
 
 
 @torch.no_grad()

@@ -82,6 +82,11 @@ class Strategy:
     """
 
     name: ClassVar[str] = "strategy"
+    one_shot: ClassVar[bool] = False
+    """A single communication round: the run's `rounds` defaults to 1 and must be 1."""
+    train_defaults: ClassVar[Mapping[str, Any]] = {}
+    """Training settings of the method's paper (`train.*` keys); they apply to the keys that
+    neither the command line nor a preset sets (`fedshare.defaults`)."""
 
     def setup(self, ctx: SetupContext) -> None:
         self.model = ctx.model

@@ -11,9 +11,9 @@ is unstable under Dir(0.1)). The evaluated output is the log of the combined pro
 renormalised to sum to 1 (so the logged loss is a cross-entropy).
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -23,10 +23,10 @@ from fedshare.engine.client import Client
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.gmm import WIRE_DTYPES
 from fedshare.strategies._feature_heads import (
+    HEAD_TRAINING,
     head_vector,
     linear_head,
     local_head,
-    require_one_round,
     split_head_vector,
 )
 from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
@@ -68,6 +68,9 @@ class EnsembleClassifier(nn.Module):
 class Ensemble(Strategy):
     """Prediction by the ensemble of the clients' local heads (max or mean rule)."""
 
+    one_shot: ClassVar[bool] = True
+    train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
+
     rule: str = "max"
     head_dtype: str = "float16"
     """Precision of the uploaded heads (the paper counts 16-bit heads in Table 5)."""
@@ -75,7 +78,6 @@ class Ensemble(Strategy):
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        require_one_round(self.name, ctx.config)
         if self.rule not in RULES:
             raise FedshareError(choices_message("strategy.rule", self.rule, list(RULES)))
         if self.head_dtype not in WIRE_DTYPES:

@@ -7,9 +7,9 @@ ReBaFL's tables; FedBABU's personalised fine-tuning is not part of this baseline
 from dataclasses import dataclass
 
 from fedshare.engine.client import Client
-from fedshare.errors import FedshareError
+from fedshare.models.base import require_body
 from fedshare.strategies._local import train_local
-from fedshare.strategies.base import Message, Update, register_strategy
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
 
@@ -19,14 +19,13 @@ class FedBABU(FedAvg):
     """Local SGD on every parameter except the model's `head`; server: FedAvg (the head, equal
     on every client, stays at its initial value)."""
 
+    def setup(self, ctx: SetupContext) -> None:
+        require_body(ctx.model, self.name)
+        super().setup(ctx)
+
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
-        head = getattr(model, "head", None)
-        if head is None:
-            raise FedshareError(
-                f"strategy fedbabu needs a model with a named classifier `head`; "
-                f"{type(model).__name__} has none"
-            )
+        head = model.head
         head.requires_grad_(False)
         try:  # frozen parameters get no gradient, so SGD (and its weight decay) skips them
             loss = train_local(client, model)

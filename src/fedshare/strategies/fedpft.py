@@ -24,9 +24,9 @@ projection of Σ̂ + noise (`fedshare.privacy.dp`), reduced to the family afterw
 n < 2 are dropped. The counts n_{i,c} are released without noise, as in the paper.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -46,6 +46,7 @@ from fedshare.functional.gmm import (
 )
 from fedshare.privacy import dp
 from fedshare.strategies._feature_heads import (
+    HEAD_TRAINING,
     FeatureClassifier,
     client_features,
     fit_head,
@@ -53,7 +54,6 @@ from fedshare.strategies._feature_heads import (
     head_accuracy,
     linear_head,
     load_head,
-    require_one_round,
 )
 from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
 
@@ -99,6 +99,9 @@ def mixture_cost(payload: dict[str, torch.Tensor], covariance_type: str) -> tupl
 class FedPFT(Strategy):
     """Centralized one-shot FedPFT (Algorithm 1) with the DP variant (§2.5) as an option."""
 
+    one_shot: ClassVar[bool] = True
+    train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
+
     n_components: int = 10
     covariance: str = "diag"
     """full | diag | spherical (§2.1)."""
@@ -126,7 +129,6 @@ class FedPFT(Strategy):
     # ------------------------------------------------------------------ setup
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        require_one_round(self.name, ctx.config)
         self.check_params()
         self.head = linear_head(ctx.model)
         self._summary: dict[str, Any] = {}

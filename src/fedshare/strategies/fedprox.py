@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from fedshare.engine.client import Client
+from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_local
 from fedshare.strategies.base import Message, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
@@ -18,6 +19,10 @@ class FedProx(FedAvg):
     which equals differentiating mu/2·||w − w_g||² without building it into the graph."""
 
     mu: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.mu < 0:
+            raise FedshareError(f"strategy.mu={self.mu} must be >= 0 (0 is FedAvg)")
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)

@@ -28,9 +28,9 @@ running best accuracy includes the warm-up round's model.
 """
 
 import copy
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -77,6 +77,16 @@ def dcor_weight_at(
 @dataclass
 class FLea(Strategy):
     """Feature sharing through a global buffer rebuilt every round (flea.md §2)."""
+
+    train_defaults: ClassVar[Mapping[str, Any]] = {
+        "optimizer": "adam",
+        "lr": 1e-3,
+        "momentum": 0.0,
+        "optimizer_reset_each_step": True,  # the code builds a new Adam every step (§2.6)
+        "lr_schedule": "linear",  # 1e-3·(1 − 0.018·g), then 1e-4 from g = 50 (§2.6)
+        "lr_decay": 0.018,
+        "lr_floor": 1e-4,
+    }
 
     share_fraction: float = 0.1
     share_with_replacement: bool = False

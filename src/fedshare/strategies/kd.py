@@ -15,8 +15,9 @@ Deviation: no checkpoint selection within the distillation epochs (the last epoc
 """
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -26,6 +27,7 @@ from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.gmm import WIRE_DTYPES
 from fedshare.strategies._feature_heads import (
+    HEAD_TRAINING,
     FeatureClassifier,
     client_features,
     fit_head,
@@ -35,7 +37,6 @@ from fedshare.strategies._feature_heads import (
     linear_head,
     load_head,
     local_head,
-    require_one_round,
     split_head_vector,
 )
 from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
@@ -57,6 +58,9 @@ class MeanTeacher(nn.Module):
 class KnowledgeDistillation(Strategy):
     """Sources send their heads once; the destination distils them into its own head."""
 
+    one_shot: ClassVar[bool] = True
+    train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
+
     temperatures: list[float] = field(default_factory=lambda: [1.0, 5.0, 10.0])
     val_fraction: float = 0.2
     head_dtype: str = "float16"
@@ -64,7 +68,6 @@ class KnowledgeDistillation(Strategy):
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        require_one_round(self.name, ctx.config)
         if not self.temperatures or min(self.temperatures) <= 0:
             raise FedshareError(
                 f"strategy.temperatures={self.temperatures} must be a non-empty list of "

@@ -9,7 +9,7 @@ client). The engine still visits the server pseudo-client as a client; it sends 
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -23,7 +23,17 @@ from fedshare.strategies.central import train_central
 
 @dataclass
 class OneShotServer(Strategy):
-    """Base: finds the server's data, checks `rounds=1`, trains the server model centrally."""
+    """Base: finds the server's data and trains the server model centrally (one-shot)."""
+
+    one_shot: ClassVar[bool] = True
+    train_defaults: ClassVar[Mapping[str, Any]] = {
+        "optimizer": "adam",
+        "lr": 1e-3,
+        "momentum": 0.0,
+        "batch_size": 64,
+        "local_epochs": 10,
+    }
+    """The server's central training of XorMixFL's Table 2 (specs/xormixfl.md A8; its preset)."""
 
     server_epochs: int | None = None
     """Epochs of the server's central training (None: `train.local_epochs`, as Vanilla FL's;
@@ -31,10 +41,6 @@ class OneShotServer(Strategy):
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        if ctx.config.rounds != 1:
-            raise FedshareError(
-                f"strategy {self.name} is one-shot: set rounds=1 (got rounds={ctx.config.rounds})"
-            )
         if self.server_epochs is not None and self.server_epochs < 0:
             raise FedshareError(f"strategy.server_epochs={self.server_epochs} must be >= 0")
         part = ctx.data.partition

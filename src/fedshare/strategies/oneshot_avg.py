@@ -8,8 +8,9 @@ in `head_dtype`, counted as `bytes_up`); the global head is the n_i-weighted mea
 clients' W and b (§7 A14; the paper does not say which weighting).
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from torch import nn
 
@@ -18,12 +19,12 @@ from fedshare.engine.client import Client
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.gmm import WIRE_DTYPES
 from fedshare.strategies._feature_heads import (
+    HEAD_TRAINING,
     FeatureClassifier,
     head_vector,
     linear_head,
     load_head,
     local_head,
-    require_one_round,
     split_head_vector,
 )
 from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
@@ -34,12 +35,14 @@ from fedshare.strategies.base import Message, SetupContext, Strategy, Update, re
 class OneShotAverage(Strategy):
     """The sample-weighted mean of locally trained heads, after one upload."""
 
+    one_shot: ClassVar[bool] = True
+    train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
+
     head_dtype: str = "float16"
     l2_normalize: bool = False
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        require_one_round(self.name, ctx.config)
         if self.head_dtype not in WIRE_DTYPES:
             raise FedshareError(
                 choices_message("strategy.head_dtype", self.head_dtype, list(WIRE_DTYPES))

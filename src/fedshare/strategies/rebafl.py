@@ -30,6 +30,7 @@ from fedshare.engine.client import Client
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional import prototypes as protos
 from fedshare.functional.calibration import check_eps, log_relaxed_prior
+from fedshare.models.base import require_body
 from fedshare.strategies._calibrated import client_class_counts
 from fedshare.strategies._local import LossFn, train_local
 from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
@@ -61,11 +62,7 @@ class ReBaFL(Strategy):
             raise FedshareError(
                 choices_message("strategy.prototype_memory", self.prototype_memory, list(MEMORY))
             )
-        if not hasattr(ctx.model, "features") or not hasattr(ctx.model, "head"):
-            raise FedshareError(
-                f"strategy rebafl needs a model with `features(x)` and a `head` (a BlockModel); "
-                f"{type(ctx.model).__name__} has not"
-            )
+        require_body(ctx.model, self.name)
         super().setup(ctx)
         self.num_classes = ctx.data.dataset.num_classes
         self.dim = int(ctx.model.head.in_features)

@@ -1,0 +1,67 @@
+"""What a resumed run may change: the whole resolved config must match the checkpoint's."""
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedshare.errors import FedshareError
+
+CHANGEABLE_ON_RESUME = (
+    "rounds",
+    "progress",
+    "resume",
+    "overwrite",
+    "run_dir",
+    "device",
+    "checkpoint.every",
+    "eval.batch_size",
+    "data.root",
+    "data.download",
+    "data.cache",
+)
+"""Keys a resumed run may set differently: run length, where files and data are, how the run
+is shown, and the device (results then follow that device's arithmetic). Everything else is
+part of what the run computes."""
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"train.lr": 0.01, ...}: nested mappings as dotted keys."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def changed_keys(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Dotted keys whose values differ (or exist on one side only), apart from the
+    `CHANGEABLE_ON_RESUME` ones."""
+    old, new = flatten(saved), flatten(current)
+    return sorted(
+        key
+        for key in set(old) | set(new)
+        if old.get(key, ...) != new.get(key, ...)
+        and not any(key == k or key.startswith(f"{k}.") for k in CHANGEABLE_ON_RESUME)
+    )
+
+
+def check_same_run(saved: Mapping[str, Any] | None, current: Mapping[str, Any], path: Path) -> None:
+    """Refuse to resume the checkpoint at `path` with a config that computes something else."""
+    if saved is None:
+        raise FedshareError(
+            f"the checkpoint {path} records no config (an older fedshare wrote it), so a resume "
+            f"cannot be checked; start a new run"
+        )
+    keys = changed_keys(saved, current)
+    if keys:
+        old, new = flatten(saved), flatten(current)
+        shown = ", ".join(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in keys[:6])
+        more = f" and {len(keys) - 6} more" if len(keys) > 6 else ""
+        raise FedshareError(
+            f"cannot resume {path.parent}: the config differs from the checkpoint's in "
+            f"{shown}{more}; resume with the run's own settings (only "
+            f"{', '.join(CHANGEABLE_ON_RESUME)} may change) or start a new run"
+        )

@@ -1,0 +1,153 @@
+"""Every registered strategy on every offline dataset, with the layered defaults of the command
+line (strategy > dataset > global): 2 rounds on a small subset, a finite loss, and better
+than chance where the method trains."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import load_real
+from fedshare.api import init_model
+from fedshare.config import CheckpointConfig, ClientsConfig, SimulationConfig
+from fedshare.data import federate, load_dataset
+from fedshare.data.dataset import Dataset
+from fedshare.defaults import resolve_rounds, resolve_train
+from fedshare.engine.simulation import Simulation
+from fedshare.errors import FedshareError
+from fedshare.strategies import STRATEGIES, make_strategy
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SMALL = {"train_subset": 800, "test_subset": 300}
+DATASETS = {
+    "digits": {},
+    "synthetic": {"train_size": 800, "test_size": 300},
+    "synthetic_mixture": {"train_size": 2000, "test_size": 300},
+    "mnist": SMALL,
+    "fmnist": SMALL,
+    "cifar10": SMALL,
+    "fsdd": SMALL,
+    "uci_har": SMALL,
+}
+MODEL = {"cifar10": "lenet_cifar"}
+"""The dataset's default model, except CIFAR's MobileNetV2: about 80 samples/s on this CPU and
+still at chance after this budget, so the matrix takes the zoo's small CIFAR LeNet (ReBaFL's);
+`test_default_cifar_model_learns` (slow) checks MobileNetV2 with the CIFAR defaults."""
+ALWAYS_THERE = ("digits", "synthetic", "synthetic_mixture")
+
+SERVER_PARTITION = {"name": "xormix", "target_labels": [1], "n": 2, "m": 15}
+"""The one-shot server strategies need a server with data of its own (specs/xormixfl.md §5)."""
+NEEDS_SERVER = ("xormixfl", "mixfl", "standalone")
+ON_FEATURES = ("fedpft", "dp_fedpft", "fedpft_chain", "oneshot_avg", "ensemble", "kd")
+"""Heads on frozen features: run on the documented feature pipeline (a fixed random-ReLU map,
+`data.features=random_relu`, with `model=linear`), as `experiment=fedpft/digits_dir0.3` does."""
+HEAD_LR = {"lr": 1e-2}
+"""FedPFT's Adam 1e-4 underfits heads on a few hundred samples per client (issue 18 item 5 and
+the `fedpft/digits_dir0.3` preset use 1e-2); the matrix trains the heads at 1e-2."""
+NEEDS_BODY = {("fedbabu", "synthetic_mixture"), ("rebafl", "synthetic_mixture")}
+"""The dataset's default model is a linear head alone: these methods refuse it clearly."""
+NOT_YET_ABOVE_CHANCE = {
+    ("dp_fedpft", d)
+    for d in (
+        "digits",
+        "synthetic",
+        "synthetic_mixture",
+        "mnist",
+        "fmnist",
+        "cifar10",
+        "fsdd",
+        "uci_har",
+    )
+} | {("fedmix", "fsdd")}
+"""Pairs held to a finite loss only. DP-FedPFT: its noise at ε = 1 on ~50 samples per class can
+leave it at chance. FedMix on FSDD: measured 10.3–13.3 % after this budget over seeds 0–2 (and
+at 1,600 samples), while FedAvg reaches 18.7–24.3 % and FedData 19.0–22.3 % (its train loss
+falls slowly: 2.29 -> 2.27); an open finding, not a tolerance."""
+
+
+def load(name: str, features: bool = False) -> Dataset:
+    options = dict(DATASETS[name])
+    if features:
+        options.update(features="random_relu", features_options={"dim": 128}, cache=False)
+    if name in ALWAYS_THERE:
+        return load_dataset({"name": name, **options})
+    return load_real(name, **options)
+
+
+_CACHE: dict[tuple[str, bool], Dataset] = {}
+
+
+def dataset(name: str, features: bool = False) -> Dataset:
+    if (name, features) not in _CACHE:
+        _CACHE[name, features] = load(name, features)
+    return _CACHE[name, features]
+
+
+def quick_run(strategy_name: str, data: Dataset, seed: int = 0):
+    strategy = make_strategy(strategy_name)
+    partition = SERVER_PARTITION if strategy_name in NEEDS_SERVER else "iid"
+    fed = federate(data, partition, 4, seed)
+    train = resolve_train(HEAD_LR if strategy_name in ON_FEATURES else {}, strategy, data.name)
+    if not strategy.one_shot:
+        train.local_epochs = 2  # a fixed, short budget; everything else is the layered default
+    config = SimulationConfig(
+        rounds=resolve_rounds(None if strategy.one_shot else 2, strategy),
+        seed=seed,
+        device="cpu",
+        progress=False,
+        clients=ClientsConfig(num=4),
+        train=train,
+        checkpoint=CheckpointConfig(every=0),
+    )
+    on_features = strategy_name in ON_FEATURES
+    model_name = "linear" if on_features else MODEL.get(data.name, data.default_model)
+    model = init_model(model_name, fed, seed)
+    return Simulation(strategy, fed, model, config).run()
+
+
+def chance(data: Dataset) -> float:
+    counts = torch.bincount(data.y_test, minlength=data.num_classes).double()
+    return float(counts.max() / counts.sum() * 100)
+
+
+@pytest.mark.parametrize("data_name", sorted(DATASETS))
+@pytest.mark.parametrize("strategy_name", sorted(STRATEGIES.names()))
+def test_strategy_learns_on_dataset(strategy_name, data_name):
+    data = dataset(data_name, features=strategy_name in ON_FEATURES)
+    if (strategy_name, data_name) in NEEDS_BODY:
+        with pytest.raises(FedshareError, match="needs a model with a feature extractor"):
+            quick_run(strategy_name, data)
+        return
+    result = quick_run(strategy_name, data)
+    losses = [r["loss"] for r in result.history]
+    assert result.summary["status"] == "completed"
+    assert all(loss is not None and math.isfinite(loss) for loss in losses), losses
+    train_losses = [r["train_loss"] for r in result.history if "train_loss" in r]
+    assert all(math.isfinite(v) for v in train_losses), train_losses
+    if (strategy_name, data_name) not in NOT_YET_ABOVE_CHANCE:
+        best = result.summary["best_accuracy"]
+        base = chance(data)
+        # a classifier at chance scores base ± 3 binomial std on this test set
+        spread = 3 * np.sqrt(base * (100 - base) / len(data.y_test))
+        assert best > base + spread, f"{best:.1f}% is not above chance ({base:.1f}%)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy_name", ["fedavg", "flea"])
+def test_default_cifar_model_learns(strategy_name):
+    """MobileNetV2 (CIFAR's default model) with the layered defaults learns on the sample."""
+    data = load_real("cifar10", train_subset=2000, test_subset=500)
+    strategy = make_strategy(strategy_name)
+    fed = federate(data, "iid", 4, 0)
+    config = SimulationConfig(
+        rounds=3,
+        device="cpu",
+        progress=False,
+        clients=ClientsConfig(num=4),
+        train=resolve_train({"local_epochs": 2}, strategy, data.name),
+        checkpoint=CheckpointConfig(every=0),
+    )
+    result = Simulation(strategy, fed, init_model("auto", fed, 0), config).run()
+    assert result.summary["best_accuracy"] > chance(data) + 3 * np.sqrt(10 * 90 / 500)

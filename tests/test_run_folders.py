@@ -1,0 +1,154 @@
+"""Run folders never mix runs: resume checks, used folders, the lock, signals, kill -9."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedshare import simulate
+from fedshare.engine.resume import changed_keys
+from fedshare.errors import FedshareError
+from fedshare.results.rundir import read_metrics
+from fedshare.strategies import FedAvg
+from helpers import digits_federation
+from test_cli import FAST, fedshare_run
+
+SLOW_RUN = ["progress=false", "rounds=200", "clients.num=4", "train.local_epochs=3"]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def start(tmp_path: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedshare.run", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_rounds(path: Path, rounds: int, proc: subprocess.Popen, limit: float = 120) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if path.exists() and len(read_metrics(path)) >= rounds:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {rounds} rounds")
+
+
+def test_resume_with_another_config_is_refused_before_any_file_changes(tmp_path):
+    out = tmp_path / "run"
+    assert fedshare_run(*FAST, f"run_dir={out}", cwd=tmp_path).returncode == 0
+    before = snapshot(out)
+    for change in (["train.lr=0.1"], ["strategy=fedprox"], ["partition=dir0.5"], ["seed=1"]):
+        proc = fedshare_run(*FAST, *change, "resume=true", f"run_dir={out}", cwd=tmp_path)
+        assert proc.returncode == 2
+        assert "cannot resume" in proc.stderr and change[0].split("=")[0] in proc.stderr
+        assert snapshot(out) == before, change
+    # a longer run is a legitimate change: it continues from the checkpoint
+    proc = fedshare_run(
+        *FAST[:1], *FAST[2:], "rounds=3", "resume=true", f"run_dir={out}", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
+
+
+def test_changed_keys_ignore_only_the_listed_ones():
+    saved = {"rounds": 2, "train": {"lr": 0.1, "momentum": 0.9}, "data": {"root": "a"}}
+    current = {"rounds": 5, "train": {"lr": 0.2, "momentum": 0.9}, "data": {"root": "b"}}
+    assert changed_keys(saved, current) == ["train.lr"]
+    assert changed_keys(saved, {**saved, "extra": 1}) == ["extra"]
+
+
+def test_a_used_folder_is_refused_and_overwrite_replaces_the_old_run(tmp_path):
+    out = tmp_path / "run"
+    assert fedshare_run(*FAST, "train.lr=0.01", f"run_dir={out}", cwd=tmp_path).returncode == 0
+    before = snapshot(out)
+    proc = fedshare_run(*FAST, f"run_dir={out}", cwd=tmp_path)
+    assert proc.returncode == 2 and "already holds a run" in proc.stderr
+    assert snapshot(out) == before
+    proc = fedshare_run(*FAST, "overwrite=true", f"run_dir={out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # the old checkpoint is gone: resuming now reports the new run, with its config
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["config"]["train"]["lr"] == 0.05
+    assert "lr: 0.05" in (out / "config.yaml").read_text()
+
+
+def test_simulate_refuses_a_used_folder_too(tmp_path):
+    fed = digits_federation("iid", 4)
+    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "r")
+    with pytest.raises(FedshareError, match="already holds a run"):
+        simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "r")
+    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "r", overwrite=True)
+
+
+def test_checkpoint_is_kept_by_default_and_can_be_turned_off(tmp_path):
+    assert fedshare_run(*FAST, f"run_dir={tmp_path / 'on'}", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "on" / "checkpoint.pt").is_file()
+    proc = fedshare_run(*FAST, "checkpoint.every=0", f"run_dir={tmp_path / 'off'}", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert not (tmp_path / "off" / "checkpoint.pt").exists()
+
+
+def test_default_folder_names_do_not_collide(tmp_path):
+    procs = [start(tmp_path, *FAST[:1], "rounds=1", "clients.num=2") for _ in range(2)]
+    for proc in procs:
+        assert proc.wait(timeout=300) == 0, proc.communicate()
+    folders = list((tmp_path / "runs" / "fedavg-digits-iid").iterdir())
+    assert len(folders) == 2
+    assert all(len(read_metrics(f / "metrics.jsonl")) == 1 for f in folders)
+
+
+def test_lock_refuses_a_second_writer_and_sigterm_leaves_a_resumable_run(tmp_path):
+    out = tmp_path / "run"
+    first = start(tmp_path, *SLOW_RUN, f"run_dir={out}")
+    try:
+        wait_for_rounds(out / "metrics.jsonl", 2, first)
+        second = fedshare_run(*FAST, "overwrite=true", f"run_dir={out}", cwd=tmp_path)
+        assert second.returncode == 2 and "another fedshare process" in second.stderr
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert first.returncode == 130, err
+    assert "resume=true" in err and "Traceback" not in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    done = summary["rounds_completed"]
+    proc = fedshare_run(
+        *SLOW_RUN[:2],
+        "rounds=" + str(done + 1),
+        *SLOW_RUN[2:],
+        "resume=true",
+        f"run_dir={out}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "summary.json").read_text())["rounds_completed"] == done + 1
+
+
+def test_kill_9_leaves_every_file_readable(tmp_path):
+    out = tmp_path / "run"
+    proc = start(tmp_path, *SLOW_RUN, f"run_dir={out}")
+    try:
+        wait_for_rounds(out / "metrics.jsonl", 3, proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    records = read_metrics(out / "metrics.jsonl")
+    assert len(records) >= 3
+    for name in ("partition.json", "summary.json"):
+        if (out / name).exists():
+            json.loads((out / name).read_text())
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["rounds_completed"] >= 2
