@@ -73,6 +73,7 @@ def test_experiment_preset_by_name(tmp_path):
         (["data=mnist", "data.root=/nonexistent/x"], "/nonexistent/x"),
         (["partition=dir0.1", "partition.min_size=1000"], "min_size=1000 is infeasible"),
         (["data.train_subset=100000"], "train_subset=100000"),
+        (["clients.num=2000"], "clients with no samples"),
         (["train.local_epochs=0"], "train.local_epochs=0"),
         (["model=resnet20_cifar"], "model 'resnet20_cifar' expects"),
         (["strategy=fedpft", "rounds=3"], "one-shot"),

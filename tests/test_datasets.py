@@ -2,6 +2,7 @@
 formats (CIFAR pickles, UCI HAR text files, UrbanSound8K/FSDD wav folders) into tmp_path."""
 
 import csv
+import gzip
 import os
 import pickle
 import struct
@@ -83,6 +84,7 @@ def test_cifar10_sample_npz(cifar_sample_root: Path) -> None:
     assert data.scale == 1 / 255 and data.mean == images.CIFAR10_MEAN
     assert data.augmentation == images.CIFAR_AUGMENTATION
     assert data.default_model == "mobilenetv2_cifar" and data.class_names[9] == "truck"
+    assert data.source == "npz cifar10_sample (4000/1000)"
 
 
 def test_train_subset_is_class_balanced(cifar_sample_root: Path) -> None:
@@ -192,6 +194,7 @@ def test_cifar10_pickles(tmp_path: Path) -> None:
     assert data.y_train.tolist() == truth["y_train"].tolist()
     assert data.y_test.tolist() == truth["y_test"].tolist()
     assert data.class_names == list("abcdefghij")
+    assert data.source == "python-version pickles"
 
 
 def test_cifar10_auto_prefers_pickles_and_cache_follows_sources(tmp_path: Path) -> None:
@@ -240,7 +243,9 @@ def official_float(v: float) -> str:
     return f"{mantissa}e{int(exponent):+04d}".rjust(16)
 
 
-def write_uci_har(root: Path, sizes=(("train", 7), ("test", 4))) -> dict:
+def write_uci_har(root: Path, sizes=(("train", 7), ("test", 4)), gzipped: bool = False) -> dict:
+    """A tiny `UCI HAR Dataset` folder in the official text format (signals as `.txt.gz` when
+    `gzipped`, as in the HAPT rebuild)."""
     rng = np.random.default_rng(0)
     truth = {}
     for split, n in sizes:
@@ -250,10 +255,12 @@ def write_uci_har(root: Path, sizes=(("train", 7), ("test", 4))) -> dict:
         (folder / f"y_{split}.txt").write_text("".join(f"{v}\n" for v in y))
         for signal in sensors.UCI_HAR_SIGNALS:
             x = rng.normal(0, 0.5, size=(n, 128)).astype(np.float32)
-            lines = ["".join(official_float(v) for v in row) for row in x]
-            (folder / "Inertial Signals" / f"{signal}_{split}.txt").write_text(
-                "\n".join(lines) + "\n"
-            )
+            text = "\n".join("".join(official_float(v) for v in row) for row in x) + "\n"
+            path = folder / "Inertial Signals" / f"{signal}_{split}.txt"
+            if gzipped:
+                path.with_name(path.name + ".gz").write_bytes(gzip.compress(text.encode()))
+            else:
+                path.write_text(text)
             truth[split, signal] = x
         truth[split] = y - 1
     return truth
@@ -268,6 +275,7 @@ def test_uci_har(tmp_path: Path) -> None:
     assert data.y_train.tolist() == truth["train"].tolist()
     assert data.y_test.tolist() == truth["test"].tolist()
     assert data.num_classes == 6 and data.default_model == "harnet" and data.mean is None
+    assert data.source == "official"
     picked = ["total_acc_z", "body_gyro_x"]
     other = load_dataset({"name": "uci_har", "root": str(tmp_path), "channels": picked})
     assert other.x_test.shape == (4, 1, 128, 2)
@@ -278,6 +286,50 @@ def test_uci_har(tmp_path: Path) -> None:
     assert nine.x_train.shape == (7, 1, 128, 9)
     with pytest.raises(FedshareError, match="body_acc_x"):
         load_dataset({"name": "uci_har", "root": str(tmp_path), "channels": ["acc_x"]})
+
+
+def test_uci_har_gzipped_rebuild_and_its_cache_entry(tmp_path: Path) -> None:
+    """`.txt.gz` signals under `<root>/uci_har_hapt/` are found from the root; the README
+    beside the folder marks them as rebuilt, and that source gets its own cache entry."""
+    folder = tmp_path / "uci_har_hapt"
+    truth = write_uci_har(folder, gzipped=True)
+    plain = load_dataset({"name": "uci_har", "root": str(tmp_path)})
+    assert plain.source == "official" and plain.x_train.shape == (7, 1, 128, 3)
+    assert np.allclose(plain.x_test[:, 0, :, 2].numpy(), truth["test", "body_acc_z"])
+    (folder / "README.md").write_text('# UCI-HAR "Inertial Signals", rebuilt from the HAPT data\n')
+    rebuilt = load_dataset({"name": "uci_har", "root": str(folder)})
+    assert rebuilt.source == "rebuilt from HAPT"
+    assert torch.equal(rebuilt.x_train, plain.x_train)
+    assert len(list(Path(os.environ["FEDSHARE_CACHE"]).glob("uci_har-*.pt"))) == 2
+    # one file plain, the others gzipped: each file is read in whichever form exists
+    signal = folder / "UCI HAR Dataset/train/Inertial Signals/body_acc_y_train.txt"
+    signal.write_bytes(gzip.decompress(signal.with_name(signal.name + ".gz").read_bytes()))
+    signal.with_name(signal.name + ".gz").unlink()
+    mixed = load_dataset({"name": "uci_har", "root": str(folder), "cache": False})
+    assert torch.equal(mixed.x_train, plain.x_train)
+
+
+@pytest.fixture(scope="module")
+def uci_har_hapt(tmp_path_factory: pytest.TempPathFactory):
+    """The HAPT rebuild in the shared data folder, found via FEDSHARE_DATA (no data.root)."""
+    root = data_root_or_skip("uci_har_hapt/UCI HAR Dataset/train/y_train.txt")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FEDSHARE_DATA", str(root))
+        mp.setenv("FEDSHARE_CACHE", str(tmp_path_factory.mktemp("har_cache")))
+        found = load_dataset({"name": "uci_har"})
+        direct = load_dataset({"name": "uci_har", "root": str(root / "uci_har_hapt")})
+    return found, direct
+
+
+def test_uci_har_rebuilt_from_hapt(uci_har_hapt) -> None:
+    data, direct = uci_har_hapt
+    assert data.x_train.shape == (7352, 1, 128, 3) and data.x_test.shape == (2947, 1, 128, 3)
+    assert data.num_classes == 6 and data.x_train.dtype == torch.float32
+    assert torch.bincount(data.y_train).tolist() == [1226, 1073, 986, 1286, 1374, 1407]
+    assert torch.bincount(data.y_test).tolist() == [496, 471, 420, 491, 532, 537]
+    assert data.source == direct.source == "rebuilt from HAPT"
+    assert torch.equal(data.x_test, direct.x_test)
+    assert abs(data.x_train[..., 0].std().item() - 0.1949) < 1e-3  # body_acc_x (its README)
 
 
 # --------------------------------------------------------------------------- wav files
@@ -497,14 +549,19 @@ def test_fsdd_split_convention(tmp_path: Path) -> None:
     ],
 )
 def test_missing_data_message(tmp_path: Path, monkeypatch, name: str, expected: str) -> None:
-    monkeypatch.delenv("FEDSHARE_DATA", raising=False)
+    monkeypatch.setenv("FEDSHARE_DATA", str(tmp_path / "env"))
     monkeypatch.setattr("fedshare.data.sources.DEFAULT_ROOT", tmp_path / "default")
+    (tmp_path / "mine").mkdir()
     with pytest.raises(FedshareError) as err:
         load_dataset({"name": name, "root": str(tmp_path / "mine")})
     message = str(err.value)
     assert f"dataset {name!r} not found" in message and expected in message
-    assert str(tmp_path / "mine") in message and str(tmp_path / "default") in message
-    assert "data.download=true" in message
+    assert str(tmp_path / "mine") in message and "data.download=true" in message
+    # data.root is the only root searched when given
+    assert str(tmp_path / "env") not in message and str(tmp_path / "default") not in message
+    with pytest.raises(FedshareError) as err:
+        load_dataset({"name": name})
+    assert str(tmp_path / "env") in str(err.value) and str(tmp_path / "default") in str(err.value)
 
 
 def test_every_data_config_matches_its_loader() -> None:

@@ -224,7 +224,9 @@ def test_missing_or_corrupt_weights_are_user_errors(tmp_path):
     with pytest.raises(FedshareError, match="corrupt"):
         build_model("resnet20_cifar", (3, 32, 32), 10, {"pretrained": str(corrupt)})
     with pytest.raises(FedshareError, match="3-channel"):
-        build_model("resnet20_cifar", (1, 28, 28), 10, {"pretrained": str(corrupt)})
+        build_model("resnet20_cifar", (1, 32, 32), 10, {"pretrained": str(corrupt)})
+    with pytest.raises(FedshareError, match=r"expects C×32×32 \(CIFAR-sized\) images"):
+        build_model("resnet20_cifar", (1, 8, 8), 10)
 
 
 class NotATensor:

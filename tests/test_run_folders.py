@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from fedshare import simulate
+from fedshare.config import TrainConfig
 from fedshare.engine.resume import changed_keys
 from fedshare.errors import FedshareError
 from fedshare.results.rundir import read_metrics
-from fedshare.strategies import FedAvg
+from fedshare.strategies import FedAvg, FedProx
 from helpers import digits_federation
 from test_cli import FAST, fedshare_run
 
@@ -49,17 +50,36 @@ def test_resume_with_another_config_is_refused_before_any_file_changes(tmp_path)
     out = tmp_path / "run"
     assert fedshare_run(*FAST, f"run_dir={out}", cwd=tmp_path).returncode == 0
     before = snapshot(out)
-    for change in (["train.lr=0.1"], ["strategy=fedprox"], ["partition=dir0.5"], ["seed=1"]):
-        proc = fedshare_run(*FAST, *change, "resume=true", f"run_dir={out}", cwd=tmp_path)
-        assert proc.returncode == 2
-        assert "cannot resume" in proc.stderr and change[0].split("=")[0] in proc.stderr
-        assert snapshot(out) == before, change
+    proc = fedshare_run(*FAST, "train.lr=0.1", "resume=true", f"run_dir={out}", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "cannot resume" in proc.stderr and "train.lr (0.05 -> 0.1)" in proc.stderr
+    assert snapshot(out) == before
     # a longer run is a legitimate change: it continues from the checkpoint
-    proc = fedshare_run(
-        *FAST[:1], *FAST[2:], "rounds=3", "resume=true", f"run_dir={out}", cwd=tmp_path
-    )
+    longer = [a for a in FAST if not a.startswith("rounds=")]
+    proc = fedshare_run(*longer, "rounds=3", "resume=true", f"run_dir={out}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"strategy": FedProx(mu=0.01)},
+        {"data": digits_federation("dirichlet", 4)},
+        {"seed": 1},
+        {"train": {"lr": 0.1}},
+        {"clients": {"fraction": 0.5}},
+    ],
+    ids=["strategy", "partition", "seed", "train", "clients"],
+)
+def test_python_resume_refuses_any_change_of_what_the_run_computes(tmp_path, change):
+    base = {"strategy": FedAvg(), "data": digits_federation("iid", 4), "rounds": 1}
+    simulate(**base, model="cnn_small", run_dir=tmp_path / "r")
+    before = snapshot(tmp_path / "r")
+    with pytest.raises(FedshareError, match="cannot resume"):
+        simulate(**{**base, **change}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
+    assert snapshot(tmp_path / "r") == before
+    simulate(**{**base, "rounds": 2}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
 
 
 def test_changed_keys_ignore_only_the_listed_ones():
@@ -70,33 +90,27 @@ def test_changed_keys_ignore_only_the_listed_ones():
 
 
 def test_a_used_folder_is_refused_and_overwrite_replaces_the_old_run(tmp_path):
-    out = tmp_path / "run"
-    assert fedshare_run(*FAST, "train.lr=0.01", f"run_dir={out}", cwd=tmp_path).returncode == 0
+    fed, out = digits_federation("iid", 4), tmp_path / "r"
+    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=out, train={"lr": 0.2})
     before = snapshot(out)
+    with pytest.raises(FedshareError, match="already holds a run"):
+        simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=out)
+    assert snapshot(out) == before
     proc = fedshare_run(*FAST, f"run_dir={out}", cwd=tmp_path)
     assert proc.returncode == 2 and "already holds a run" in proc.stderr
     assert snapshot(out) == before
-    proc = fedshare_run(*FAST, "overwrite=true", f"run_dir={out}", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    # the old checkpoint is gone: resuming now reports the new run, with its config
+    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=out, overwrite=True)
+    # the old checkpoint is gone: the one there now records the new run's settings
     state = torch.load(out / "checkpoint.pt", weights_only=True)
-    assert state["config"]["train"]["lr"] == 0.05
-    assert "lr: 0.05" in (out / "config.yaml").read_text()
-
-
-def test_simulate_refuses_a_used_folder_too(tmp_path):
-    fed = digits_federation("iid", 4)
-    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "r")
-    with pytest.raises(FedshareError, match="already holds a run"):
-        simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "r")
-    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "r", overwrite=True)
+    assert state["config"]["train"]["lr"] == TrainConfig().lr != 0.2
 
 
 def test_checkpoint_is_kept_by_default_and_can_be_turned_off(tmp_path):
-    assert fedshare_run(*FAST, f"run_dir={tmp_path / 'on'}", cwd=tmp_path).returncode == 0
+    fed = digits_federation("iid", 4)
+    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "on")
     assert (tmp_path / "on" / "checkpoint.pt").is_file()
-    proc = fedshare_run(*FAST, "checkpoint.every=0", f"run_dir={tmp_path / 'off'}", cwd=tmp_path)
-    assert proc.returncode == 0
+    off = {"every": 0}
+    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "off", checkpoint=off)
     assert not (tmp_path / "off" / "checkpoint.pt").exists()
 
 

@@ -20,6 +20,7 @@ from fedshare.run import config_dir
 
 DEFAULT_DIR = (
     "partitions/${data.name}-${hydra:runtime.choices.partition}/seed${seed}-${now:%Y%m%d-%H%M%S}"
+    "-${fedshare.token:}"
 )
 
 

@@ -2,8 +2,9 @@
 
 Entries live under `$FEDSHARE_CACHE` (default `~/.cache/fedshare/processed`), one `.pt` file
 per (dataset, loader version, options, source-file signature). The signature is each source
-file's path, size and modification time, so replacing a source file rebuilds the entry. The
-data root itself is never written to.
+file's path, size and modification time, so replacing a source file rebuilds the entry. An
+entry that cannot be read (truncated, damaged, or not a payload) is rebuilt with a warning.
+The data root itself is never written to.
 """
 
 import hashlib
@@ -18,12 +19,15 @@ from typing import Any
 import torch
 
 from fedshare.data.dataset import Dataset
+from fedshare.engine.checkpoint import torch_load_problem
 
 CACHE_ENV = "FEDSHARE_CACHE"
 DEFAULT_CACHE = Path.home() / ".cache" / "fedshare" / "processed"
 
 Payload = dict[str, Any]
 """Tensors plus small plain values (lists of class names, ints) that `torch.load` accepts."""
+PAYLOAD_TENSORS = ("x_train", "x_test")
+"""Entries every payload holds (labels too, except for extracted features)."""
 
 
 def cache_dir() -> Path:
@@ -55,6 +59,23 @@ def cache_path(name: str, options: Mapping[str, Any], sources: Iterable[Path]) -
     return cache_dir() / f"{name}-{cache_key(name, options, sources)}.pt"
 
 
+def read_entry(path: Path) -> Payload | None:
+    """The payload in cache entry `path`, or None (with a warning naming the file, which is then
+    rebuilt) when it is truncated, damaged or not a payload."""
+    try:
+        payload = torch.load(path, mmap=True, weights_only=True)
+    except Exception as err:  # torch raises many types for a damaged file
+        problem = torch_load_problem(err)
+    else:
+        if isinstance(payload, dict) and all(
+            isinstance(payload.get(k), torch.Tensor) for k in PAYLOAD_TENSORS
+        ):
+            return payload
+        problem = "not a dataset payload"
+    warnings.warn(f"rebuilding the corrupt dataset cache entry {path} ({problem})", stacklevel=3)
+    return None
+
+
 def cached(
     name: str,
     options: Mapping[str, Any],
@@ -72,10 +93,9 @@ def cached(
         return build()
     path = cache_path(name, options, list(sources))
     if path.exists():
-        try:
-            return torch.load(path, mmap=True, weights_only=True)
-        except Exception as err:  # a truncated or foreign file: rebuild it
-            warnings.warn(f"ignoring unreadable cache entry {path} ({err})", stacklevel=2)
+        entry = read_entry(path)
+        if entry is not None:
+            return entry
     payload = build()
     tmp: Path | None = None
     try:

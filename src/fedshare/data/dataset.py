@@ -39,6 +39,8 @@ class Dataset:
     augmentation: Augmentation = field(default_factory=Augmentation)
     class_names: list[str] | None = None
     default_model: str = "mlp"
+    source: str | None = None
+    """Which variant of the data was read, in a few words (e.g. "rebuilt from HAPT")."""
 
     @property
     def input_shape(self) -> tuple[int, ...]:

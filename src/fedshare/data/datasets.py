@@ -1,8 +1,9 @@
 """Dataset loaders: each returns a `Dataset` of tensors, registered by name (`data=<name>`)."""
 
-import gzip
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 
 from fedshare.data.cache import cached
 from fedshare.data.dataset import Augmentation, Dataset
+from fedshare.data.files import corrupt_file, read_bytes
 from fedshare.data.sources import download_root, find_files, missing_data_error
 from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
@@ -170,14 +172,29 @@ def load_synthetic(
 
 
 # --------------------------------------------------------------------------- torchvision formats
-def read_idx(path: Any) -> np.ndarray:
-    """Read an IDX file (MNIST format), gzipped or not."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as fh:
-        raw = fh.read()
+def idx_dims(raw: bytes) -> list[int]:
+    """The dimensions in an IDX header (unsigned bytes only); ValueError when it is not one."""
+    if len(raw) < 4 or raw[:3] != b"\x00\x00\x08" or not 1 <= raw[3] <= 4:
+        raise ValueError("no IDX header of unsigned bytes")
     ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+    if len(raw) < 4 + 4 * ndim:
+        raise ValueError("the IDX header is cut short")
+    return [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file (MNIST format), gzipped or not; a corrupt file is a FedshareError."""
+    raw = read_bytes(path)
+    try:
+        dims = idx_dims(raw)
+    except ValueError as err:
+        raise corrupt_file(path, str(err)) from None
+    offset = 4 + 4 * len(dims)
+    if len(raw) - offset != math.prod(dims):
+        shape = "×".join(map(str, dims))
+        problem = f"its header promises {shape} bytes of data, it holds {len(raw) - offset}"
+        raise corrupt_file(path, problem)
+    return np.frombuffer(raw, dtype=np.uint8, offset=offset).reshape(dims)
 
 
 _IDX_FILES = [
@@ -186,6 +203,16 @@ _IDX_FILES = [
     "t10k-images-idx3-ubyte",
     "t10k-labels-idx1-ubyte",
 ]
+
+
+def read_idx_split(images: Path, labels: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """N×1×H×W uint8 images and N int64 labels from a pair of IDX files."""
+    x, y = read_idx(images), read_idx(labels)
+    if x.ndim != 3:
+        raise corrupt_file(images, f"expected N×H×W images, got shape {x.shape}")
+    if y.shape != (len(x),):
+        raise corrupt_file(labels, f"expected {len(x)} labels (one per image), got {y.shape}")
+    return torch.from_numpy(x.copy()).unsqueeze(1), torch.from_numpy(y.astype(np.int64))
 
 
 def load_idx_dataset(
@@ -212,13 +239,9 @@ def load_idx_dataset(
     paths = [base / rel for rel in relative]
 
     def build() -> dict[str, torch.Tensor]:
-        x_tr, y_tr, x_te, y_te = (torch.from_numpy(read_idx(p).copy()) for p in paths)
-        return {
-            "x_train": x_tr.unsqueeze(1),
-            "y_train": y_tr.long(),
-            "x_test": x_te.unsqueeze(1),
-            "y_test": y_te.long(),
-        }
+        x_tr, y_tr = read_idx_split(paths[0], paths[1])
+        x_te, y_te = read_idx_split(paths[2], paths[3])
+        return {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te}
 
     payload = cached(name, {"format": "idx", "version": 1}, paths, build, request.cache)
     return payload["x_train"], payload["y_train"], payload["x_test"], payload["y_test"]

@@ -25,8 +25,10 @@ import torch
 
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import LoadRequest, register_dataset
+from fedshare.data.files import npz_problem
 from fedshare.data.partition import register_partition
 from fedshare.data.sources import data_roots
+from fedshare.engine.checkpoint import torch_load_problem
 from fedshare.errors import FedshareError
 
 KEYS = {
@@ -60,7 +62,11 @@ def read_features_file(path: Path) -> dict[str, Any]:
                 return {k: arrays[k] for k in arrays.files}
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch and numpy raise many types
-        raise FedshareError(f"cannot read features file {path}: {err}") from None
+        problem = npz_problem(err) if path.suffix == ".npz" else torch_load_problem(err)
+        raise FedshareError(
+            f"cannot read features file {path} ({problem}); save the features again with "
+            f"torch.save or numpy.savez"
+        ) from None
     if not isinstance(obj, Mapping):
         raise FedshareError(f"features file {path} must hold a dict, got {type(obj).__name__}")
     return dict(obj)

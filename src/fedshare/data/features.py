@@ -269,4 +269,5 @@ def extract_features(data: Dataset, cfg: Mapping[str, Any], request: LoadRequest
         num_classes=data.num_classes,
         class_names=data.class_names,
         default_model="linear",
+        source=data.source,
     )

@@ -4,7 +4,6 @@ Images are stored N×C×H×W uint8 (`scale = 1/255`); normalisation and batch au
 happen per batch on the device (`Dataset.prepare`).
 """
 
-import pickle
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ import torch
 from fedshare.data.cache import Payload, cached, dataset_from_payload
 from fedshare.data.dataset import Augmentation, Dataset, augment_batch
 from fedshare.data.datasets import LoadRequest, load_idx_dataset, register_dataset
+from fedshare.data.files import corrupt_file, read_npz
+from fedshare.data.pickles import load_cifar_pickle
 from fedshare.data.sources import download_root, find_files, missing_data_error
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError, choices_message
@@ -76,11 +77,11 @@ def load_fmnist(request: LoadRequest) -> Dataset:
 
 
 # --------------------------------------------------------------------------- CIFAR parsing
-def _unpickle(path: Path) -> dict[str, Any]:
-    """One CIFAR python-version file (a Python 2 pickle), with str keys."""
-    with open(path, "rb") as fh:
-        raw = pickle.load(fh, encoding="bytes")
-    return {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+def _entry(batch: dict[str, Any], key: str, path: Path) -> Any:
+    """`batch[key]`, or a FedshareError naming the file when the entry is missing."""
+    if key not in batch:
+        raise corrupt_file(path, f"no {key!r} entry; it has {sorted(map(str, batch))}")
+    return batch[key]
 
 
 def _names(values: list[Any]) -> list[str]:
@@ -91,9 +92,15 @@ def read_cifar_batches(paths: list[Path], label_key: str) -> tuple[torch.Tensor,
     """Concatenate CIFAR batches: images N×3×32×32 uint8 (rows are R, G, B planes) and labels."""
     images, labels = [], []
     for path in paths:
-        batch = _unpickle(path)
-        images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        labels.append(np.asarray(batch[label_key], dtype=np.int64))
+        batch = load_cifar_pickle(path)
+        data = np.asarray(_entry(batch, "data", path))
+        label = np.asarray(_entry(batch, label_key, path))
+        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+            raise corrupt_file(path, f"data must be N×3072 uint8, got {data.shape} {data.dtype}")
+        if label.shape != (len(data),):
+            raise corrupt_file(path, f"expected {len(data)} {label_key}, got {label.shape}")
+        images.append(data.reshape(-1, 3, 32, 32))
+        labels.append(label.astype(np.int64))
     return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
 
 
@@ -105,16 +112,27 @@ def read_cifar_npz(folder: Path) -> Payload:
     """
     out: Payload = {"class_names": list(CIFAR10_CLASSES)}
     for split in ("train", "test"):
-        with np.load(folder / f"{split}.npz") as arrays:
-            x, y = arrays["x"], arrays["y"]
-            order = np.argsort(arrays["idx"], kind="stable") if "idx" in arrays else None
+        path = folder / f"{split}.npz"
+        x, y, order = _read_npz_split(path)
         if x.ndim != 4 or x.shape[1:] != (32, 32, 3):
-            raise FedshareError(f"{folder / split}.npz: x must be N×32×32×3, got {x.shape}")
+            raise FedshareError(f"{path}: x must be N×32×32×3, got {x.shape}")
+        if y.shape != (len(x),):
+            raise corrupt_file(path, f"expected {len(x)} labels y (one per image), got {y.shape}")
         if order is not None:
             x, y = x[order], y[order]
         out[f"x_{split}"] = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
         out[f"y_{split}"] = torch.from_numpy(y.astype(np.int64))
     return out
+
+
+def _read_npz_split(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(x, y, the permutation back to the official order or None) of one npz file."""
+    arrays = read_npz(path)
+    missing = [k for k in ("x", "y") if k not in arrays]
+    if missing:
+        raise corrupt_file(path, f"no array {missing[0]!r}; it has {sorted(arrays)}")
+    order = np.argsort(arrays["idx"], kind="stable") if "idx" in arrays else None
+    return arrays["x"], arrays["y"], order
 
 
 def apply_static_augment(
@@ -158,7 +176,11 @@ def _cifar10_pickles(base: Path, request: LoadRequest) -> Payload:
         x_tr, y_tr = read_cifar_batches(paths[:5], "labels")
         x_te, y_te = read_cifar_batches(paths[5:], "labels")
         meta = folder / "batches.meta"
-        names = _names(_unpickle(meta)["label_names"]) if meta.exists() else CIFAR10_CLASSES
+        names = (
+            _names(_entry(load_cifar_pickle(meta), "label_names", meta))
+            if meta.exists()
+            else CIFAR10_CLASSES
+        )
         return {
             "x_train": x_tr,
             "y_train": y_tr,
@@ -193,6 +215,7 @@ def load_cifar10(
     pickles = [f"{CIFAR10_DIR}/{f}" for f in CIFAR10_FILES]
     npz = [f"{npz_dir}/train.npz", f"{npz_dir}/test.npz"]
     base = find_files(request.root, pickles) if source != "npz" else None
+    origin = "python-version pickles"
     if base is not None:
         payload = _cifar10_pickles(base, request)
     else:
@@ -206,6 +229,7 @@ def load_cifar10(
                 lambda: read_cifar_npz(folder),
                 request.cache,
             )
+            origin = f"npz {npz_dir} ({len(payload['y_train'])}/{len(payload['y_test'])})"
         elif request.download and source != "npz":
             import torchvision
 
@@ -226,6 +250,7 @@ def load_cifar10(
         std=CIFAR10_STD,
         augmentation=CIFAR_AUGMENTATION,
         default_model="mobilenetv2_cifar",
+        source=origin,
     )
     return apply_static_augment(data, static_augment, static_augment_seed)
 
@@ -271,7 +296,8 @@ def load_cifar100(
         x_te, y_te = read_cifar_batches(paths[1:], f"{labels}_labels")
         payload: Payload = {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te}
         if (folder / "meta").exists():
-            payload["class_names"] = _names(_unpickle(folder / "meta")[f"{labels}_label_names"])
+            meta = load_cifar_pickle(folder / "meta")
+            payload["class_names"] = _names(_entry(meta, f"{labels}_label_names", folder / "meta"))
         return payload
 
     options = {"format": "pickle", "labels": labels, "version": 1}

@@ -1,4 +1,8 @@
-"""Where dataset files live: the data root, and the one clear message when they are missing."""
+"""Where dataset files live: the data root, and the one clear message when they are missing.
+
+`data.root`, when given, is the only root searched (and where downloads go); it must be an
+existing directory. Without it the loaders search $FEDSHARE_DATA, then ~/.cache/fedshare/data.
+"""
 
 import os
 from pathlib import Path
@@ -9,11 +13,24 @@ DATA_ENV = "FEDSHARE_DATA"
 DEFAULT_ROOT = Path.home() / ".cache" / "fedshare" / "data"
 
 
+def checked_root(root: str) -> Path:
+    """`data.root` as a path; a FedshareError unless it is an existing directory."""
+    path = Path(root).expanduser()
+    if not path.is_dir():
+        what = "is a file, not a directory" if path.exists() else "does not exist"
+        raise FedshareError(
+            f"data.root={root} {what}; point it at an existing folder (create it first for "
+            f"data.download=true), or leave it unset to search ${DATA_ENV} and {DEFAULT_ROOT}"
+        )
+    return path
+
+
 def data_roots(root: str | None) -> list[Path]:
-    """Candidate roots in order: `data.root`, then $FEDSHARE_DATA, then the default cache."""
-    roots = [Path(root).expanduser()] if root else []
-    if os.environ.get(DATA_ENV):
-        roots.append(Path(os.environ[DATA_ENV]).expanduser())
+    """The roots to search: only `data.root` when it is given (it must be an existing
+    directory), else $FEDSHARE_DATA, then the default cache."""
+    if root:
+        return [checked_root(root)]
+    roots = [Path(os.environ[DATA_ENV]).expanduser()] if os.environ.get(DATA_ENV) else []
     roots.append(DEFAULT_ROOT)
     return list(dict.fromkeys(roots))
 
@@ -27,6 +44,7 @@ def find_files(root: str | None, relative: list[str]) -> Path | None:
 
 
 def missing_data_error(name: str, root: str | None, relative: list[str], how: str) -> FedshareError:
+    """The one message for a dataset absent from every searched root."""
     searched = ", ".join(str(base / relative[0]) for base in data_roots(root))
     return FedshareError(
         f"dataset {name!r} not found (looked for {searched}); {how}, point data.root or "
@@ -35,7 +53,8 @@ def missing_data_error(name: str, root: str | None, relative: list[str], how: st
 
 
 def download_root(root: str | None) -> Path:
-    """Where a download goes: `data.root` if given, else $FEDSHARE_DATA, else the cache."""
+    """Where a download goes: `data.root` if given (it must exist), else $FEDSHARE_DATA, else
+    the default cache."""
     return data_roots(root)[0]
 
 

@@ -4,6 +4,7 @@
 not. PCM (8/16/24/32-bit), IEEE float and WAVE_FORMAT_EXTENSIBLE files are read with
 `scipy.io.wavfile`, IMA ADPCM (a few UrbanSound8K clips are 4-bit) with a small decoder here;
 any other encoding falls back to torchaudio's or soundfile's backend when one is installed.
+A file without a RIFF/WAVE header (or with a cut-off `fmt ` chunk) is a FedshareError naming it.
 """
 
 import struct
@@ -12,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fedshare.data.files import corrupt_file
 from fedshare.errors import FedshareError
+
+REPLACE_CLIP = "replace it with the original clip from the dataset's archive"
 
 PCM, IEEE_FLOAT, IMA_ADPCM, EXTENSIBLE = 0x0001, 0x0003, 0x0011, 0xFFFE
 
@@ -108,16 +112,27 @@ def _read_with_backend(path: Path) -> tuple[np.ndarray, int]:
     )
 
 
+def check_wav_header(path: Path, raw: bytes) -> None:
+    """A FedshareError naming `path` unless it starts like a WAV file (RIFF, RIFX or RF64)."""
+    if not raw:
+        raise corrupt_file(path, "empty file", REPLACE_CLIP)
+    if raw[:4] not in (b"RIFF", b"RIFX", b"RF64") or raw[8:12] != b"WAVE":
+        raise corrupt_file(path, "not a WAV file: no RIFF/WAVE header", REPLACE_CLIP)
+
+
 def read_wav(path: Path) -> tuple[np.ndarray, int]:
     """(channels×frames float32 samples in [-1, 1], sample rate) of a WAV file."""
     raw = Path(path).read_bytes()
+    check_wav_header(Path(path), raw)
     try:
         chunks = riff_chunks(raw)
-        fmt = chunks[b"fmt "]
-        tag, channels, rate = struct.unpack("<HHI", fmt[:8])
-        block_align = struct.unpack("<H", fmt[12:14])[0]
-    except (ValueError, KeyError, struct.error):
+    except ValueError:  # RIFX (big-endian) or RF64: leave those to a backend
         return _read_with_backend(Path(path))
+    fmt = chunks.get(b"fmt ", b"")
+    if len(fmt) < 16:
+        raise corrupt_file(Path(path), "no complete fmt chunk", REPLACE_CLIP)
+    tag, channels, rate = struct.unpack("<HHI", fmt[:8])
+    block_align = struct.unpack("<H", fmt[12:14])[0]
     if tag == IMA_ADPCM and b"data" in chunks:
         fact = chunks.get(b"fact")
         frames = struct.unpack("<I", fact[:4])[0] if fact and len(fact) >= 4 else None

@@ -1,6 +1,7 @@
 """Checkpoints: everything needed to continue a run and get the uninterrupted run's numbers."""
 
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,52 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+CHECKPOINT_KEYS = (
+    "rounds_completed",
+    "strategy",
+    "history",
+    "traffic",
+    "wall_time_s",
+    "rng",
+    "fingerprint",
+)
+"""What every checkpoint holds (`config` too, except in those of older versions)."""
+
+
+def unreadable_checkpoint(path: Path, problem: str) -> FedshareError:
+    return FedshareError(
+        f"{path} cannot be read as a fedshare checkpoint ({problem}); start the run again "
+        f"without resume=true (overwrite=true reuses its folder)"
+    )
+
+
+def torch_load_problem(err: Exception) -> str:
+    """Why `torch.load` failed, in a few words (torch's own messages give unsafe advice)."""
+    if isinstance(err, EOFError):
+        return "the file is empty or truncated"
+    if isinstance(err, pickle.UnpicklingError):
+        return "it is damaged or holds objects other than tensors and plain values"
+    if isinstance(err, OSError):
+        return err.strerror or type(err).__name__
+    return "the file is truncated, damaged or not written by torch.save"
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
+    """The state saved by `save_checkpoint` (tensors and plain values only: weights_only)."""
     if not path.exists():
         raise FedshareError(
             f"resume=true but there is no checkpoint at {path}; run with checkpoint.every>0 first"
         )
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for damaged or foreign files
+        raise unreadable_checkpoint(path, torch_load_problem(err)) from None
+    if not isinstance(state, dict):
+        raise unreadable_checkpoint(path, f"it holds a {type(state).__name__}, not a dict")
+    missing = [key for key in CHECKPOINT_KEYS if key not in state]
+    if missing:
+        raise unreadable_checkpoint(path, f"it has no {', '.join(missing)}")
+    return state
 
 
 def rng_state() -> dict[str, Any]:

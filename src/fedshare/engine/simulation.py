@@ -30,6 +30,7 @@ from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
 from fedshare.errors import FedshareError, NonFiniteLossError
 from fedshare.params import params_of
+from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
 
@@ -273,6 +274,7 @@ class Simulation:
             wall_time_s=round(elapsed, 3),
             **self.traffic.as_dict(),
             partition_fingerprint=self.data.partition.fingerprint,
+            data_source=self.data.dataset.source,
             device=str(self.device),
             bytes_shared_per_round=self.traffic.bytes_shared / max(self.rounds_completed, 1),
             **self.strategy.summary_metrics(),
@@ -342,6 +344,10 @@ class Simulation:
             progress.close()
             if self.dir is not None:
                 self.dir.write_summary(self.summary(elapsed()))
+                title = f"{self.meta.get('strategy')} on {self.meta.get('data')}/" + (
+                    f"{self.meta.get('partition')}, seed {cfg.seed}"
+                )
+                plot_learning_curve(self.history, self.dir.path / "curves.png", title=title)
         return RunResult(
             self.history,
             self.summary(elapsed()),

@@ -21,8 +21,8 @@ HUB_HASH = re.compile(r"-([0-9a-f]{8,64})\.[A-Za-z0-9]+$")
 def resolve_weights(model: str, spec: bool | str, relative: str, data_root: str | None) -> Path:
     """The weights file for `model`: `spec` is a file, a folder holding `relative`, or True.
 
-    True looks for `<root>/<relative>` in `data_root`, then $FEDSHARE_DATA, then the default
-    cache (the same roots the datasets use).
+    True looks for `<root>/<relative>` in the data roots the datasets use: `data_root` alone
+    when it is given, else $FEDSHARE_DATA, then the default cache.
     """
     from fedshare.data.sources import data_roots
 

@@ -1,0 +1,41 @@
+"""The statistics of a report row: which summary values, and their mean ± sample std."""
+
+import math
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+STATS = (
+    ("final_accuracy", "final %"),
+    ("best_accuracy", "best %"),
+    ("last10_mean_accuracy", "last-10 %"),
+    ("bytes_up_down", "MB up+down"),
+    ("bytes_shared", "MB shared"),
+    ("wall_time_s", "time s"),
+)
+"""(summary statistic, Markdown header) of every row, in table order."""
+
+
+def finite(value: Any) -> float | None:
+    """`value` as a float if it is a finite number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def mean_std(values: Iterable[Any]) -> tuple[float | None, float | None]:
+    """(mean, sample std) of the finite numbers in `values`; std is None for fewer than two,
+    both are None for none."""
+    numbers = [v for v in (finite(x) for x in values) if v is not None]
+    if not numbers:
+        return None, None
+    return statistics.fmean(numbers), statistics.stdev(numbers) if len(numbers) > 1 else None
+
+
+def summary_value(run: dict[str, Any], stat: str) -> Any:
+    """A statistic of a run's summary; `bytes_up_down` is bytes_up + bytes_down."""
+    summary = run["summary"]
+    if stat == "bytes_up_down":
+        up, down = finite(summary.get("bytes_up")), finite(summary.get("bytes_down"))
+        return None if up is None and down is None else (up or 0.0) + (down or 0.0)
+    return summary.get(stat)
