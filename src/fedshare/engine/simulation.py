@@ -2,7 +2,7 @@
 
 import copy
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,14 @@ from fedshare.data.federated import FederatedData
 from fedshare.data.partition_plot import plot_partition
 from fedshare.defaults import resolve_rounds
 from fedshare.engine.accounting import Traffic
+from fedshare.engine.callbacks import (
+    Callback,
+    Checkpoints,
+    MetricsLog,
+    ProgressBar,
+    RoundFunction,
+    as_callback,
+)
 from fedshare.engine.checkpoint import (
     load_checkpoint,
     restore_rng_state,
@@ -24,7 +32,6 @@ from fedshare.engine.checkpoint import (
 from fedshare.engine.client import Client
 from fedshare.engine.evaluation import evaluate
 from fedshare.engine.optim import check_train_config, learning_rate
-from fedshare.engine.progress import Progress
 from fedshare.engine.resume import check_same_run
 from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
@@ -34,7 +41,9 @@ from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
 
-RoundCallback = Callable[["Simulation", int, dict[str, Any] | None], None]
+RoundCallback = Callback | RoundFunction
+"""A `Callback`, or a plain function `(sim, rounds_completed, record) -> stop?` run after
+every round."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -141,6 +150,7 @@ class Simulation:
         self.history: list[dict[str, Any]] = []
         self.rounds_completed = 0
         self._elapsed_before = 0.0
+        self._start = time.perf_counter()
         self.status = "running"
 
     # ------------------------------------------------------------------ one round
@@ -246,7 +256,8 @@ class Simulation:
         restore_rng_state(state["rng"])
         self.dir.rewrite_metrics(self.history)
 
-    def _checkpoint(self, elapsed: float) -> None:
+    def save_checkpoint(self) -> None:
+        """The state a resumed run continues from, with the config it must match."""
         assert self.dir is not None
         save_checkpoint(
             self.dir.checkpoint_path,
@@ -255,7 +266,7 @@ class Simulation:
                 "strategy": self.strategy.state_dict(),
                 "history": self.history,
                 "traffic": self.traffic.as_dict(),
-                "wall_time_s": elapsed,
+                "wall_time_s": self.elapsed(),
                 "rng": rng_state(),
                 "fingerprint": self.data.partition.fingerprint,
                 "config": self.record,
@@ -288,52 +299,58 @@ class Simulation:
         with self.dir.locked():
             return self._run(self._open_dir(resume))
 
+    def _evaluate(self, info: Mapping[str, Any]) -> dict[str, Any]:
+        result = evaluate(
+            self.strategy.global_model(),
+            self.data.dataset,
+            self.config.eval.batch_size,
+            self.config.eval.per_class,
+        )
+        return {
+            "round": self.rounds_completed,
+            **result,
+            "wall_time_s": round(self.elapsed(), 3),
+            **self.traffic.as_dict(),
+            **info,
+        }
+
+    def _write_results(self) -> None:
+        """summary.json and curves.png, also for a run that stopped early or failed."""
+        if self.dir is None:
+            return
+        self.dir.write_summary(self.summary(self.elapsed()))
+        meta = self.meta
+        title = f"{meta.get('strategy')} on {meta.get('data')}/{meta.get('partition')}"
+        plot_learning_curve(
+            self.history, self.dir.path / "curves.png", f"{title}, seed {self.config.seed}"
+        )
+
+    def elapsed(self) -> float:
+        """Seconds of run time so far, across resumes."""
+        return self._elapsed_before + time.perf_counter() - self._start
+
     def _run(self, state: dict[str, Any] | None) -> RunResult:
         self._setup(state)
         cfg = self.config
-        start = time.perf_counter()
-        progress = Progress(
-            cfg.rounds,
-            self.rounds_completed,
-            cfg.progress,
-            self.meta.get("strategy", type(self.strategy).__name__),
-        )
-
-        def elapsed() -> float:
-            return self._elapsed_before + time.perf_counter() - start
-
+        self._start = time.perf_counter()
+        callbacks = [MetricsLog(), Checkpoints(cfg.checkpoint.every), ProgressBar()]
+        callbacks += [as_callback(c) for c in self.callbacks]
         try:
+            for callback in callbacks:
+                callback.on_begin(self)
             for round_idx in range(self.rounds_completed, cfg.rounds):
                 info = self.run_round(round_idx)
                 self.rounds_completed = round_idx + 1
                 record = None
                 if self.rounds_completed % cfg.eval.every == 0 or round_idx == cfg.rounds - 1:
-                    result = evaluate(
-                        self.strategy.global_model(),
-                        self.data.dataset,
-                        cfg.eval.batch_size,
-                        cfg.eval.per_class,
-                    )
-                    record = {
-                        "round": self.rounds_completed,
-                        **result,
-                        "wall_time_s": round(elapsed(), 3),
-                        **self.traffic.as_dict(),
-                        **info,
-                    }
+                    record = self._evaluate(info)
                     self.history.append(record)
-                    if self.dir is not None:
-                        self.dir.append_metrics(record)
-                progress.update(record["accuracy"] if record else None, elapsed())
-                if (
-                    self.dir is not None
-                    and cfg.checkpoint.every > 0
-                    and (self.rounds_completed % cfg.checkpoint.every == 0)
-                ):
-                    self._checkpoint(elapsed())
-                for callback in self.callbacks:
-                    callback(self, self.rounds_completed, record)
-            self.status = "completed"
+                stops = [callback.on_round_end(self, record) for callback in callbacks]
+                if any(stops):
+                    self.status = "stopped"
+                    break
+            else:
+                self.status = "completed"
         except NonFiniteLossError:
             self.status = "diverged"
             raise
@@ -341,16 +358,12 @@ class Simulation:
             self.status = "interrupted"
             raise
         finally:
-            progress.close()
-            if self.dir is not None:
-                self.dir.write_summary(self.summary(elapsed()))
-                title = f"{self.meta.get('strategy')} on {self.meta.get('data')}/" + (
-                    f"{self.meta.get('partition')}, seed {cfg.seed}"
-                )
-                plot_learning_curve(self.history, self.dir.path / "curves.png", title=title)
+            for callback in callbacks:
+                callback.on_end(self)
+            self._write_results()
         return RunResult(
             self.history,
-            self.summary(elapsed()),
+            self.summary(self.elapsed()),
             self.strategy,
             self.dir.path if self.dir else None,
         )

@@ -1,0 +1,117 @@
+"""Callbacks: what happens around the rounds (logging, checkpoints, progress, stopping).
+
+A callback sees the `Simulation` at the start, after every round (with the round's evaluated
+record, or None when the round was not evaluated) and at the end (also after an error;
+`sim.status` says how the run ended). `on_round_end` returning True stops the run after that
+round with status "stopped". The engine's own logging, checkpoints and progress bar are
+callbacks too; users add theirs with `simulate(..., callbacks=[...])`.
+"""
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fedshare.engine.progress import Progress
+from fedshare.errors import FedshareError
+
+if TYPE_CHECKING:
+    from fedshare.engine.simulation import Simulation
+
+Record = dict[str, Any] | None
+RoundFunction = Callable[["Simulation", int, Record], bool | None]
+
+
+class Callback:
+    """Hooks around a run; override the ones you need."""
+
+    def on_begin(self, sim: "Simulation") -> None:
+        """Before the first round to run (after a resume: the first round not yet run)."""
+
+    def on_round_end(self, sim: "Simulation", record: Record) -> bool | None:
+        """After round `sim.rounds_completed`; return True to stop the run here."""
+        return None
+
+    def on_end(self, sim: "Simulation") -> None:
+        """After the last round, a stop, or an error (`sim.status`)."""
+
+
+class AfterRound(Callback):
+    """A plain function `(sim, rounds_completed, record) -> stop?` as a callback."""
+
+    def __init__(self, function: RoundFunction) -> None:
+        self.function = function
+
+    def on_round_end(self, sim: "Simulation", record: Record) -> bool | None:
+        return self.function(sim, sim.rounds_completed, record)
+
+
+def as_callback(item: Callback | RoundFunction) -> Callback:
+    return item if isinstance(item, Callback) else AfterRound(item)
+
+
+class MetricsLog(Callback):
+    """One line of metrics.jsonl per evaluated round."""
+
+    def on_round_end(self, sim: "Simulation", record: Record) -> None:
+        if record is not None and sim.dir is not None:
+            sim.dir.append_metrics(record)
+
+
+class Checkpoints(Callback):
+    """The latest state in checkpoint.pt every `every` rounds (one file, replaced atomically)."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+
+    def on_round_end(self, sim: "Simulation", record: Record) -> None:
+        if sim.dir is not None and self.every > 0 and sim.rounds_completed % self.every == 0:
+            sim.save_checkpoint()
+
+
+class ProgressBar(Callback):
+    """The tqdm bar (only when stderr is a terminal and `progress=true`)."""
+
+    def on_begin(self, sim: "Simulation") -> None:
+        name = sim.meta.get("strategy", type(sim.strategy).__name__)
+        cfg = sim.config
+        self.bar = Progress(cfg.rounds, sim.rounds_completed, cfg.progress, name)
+
+    def on_round_end(self, sim: "Simulation", record: Record) -> None:
+        self.bar.update(record["accuracy"] if record else None, sim.elapsed())
+
+    def on_end(self, sim: "Simulation") -> None:
+        if hasattr(self, "bar"):
+            self.bar.close()
+
+
+class EarlyStopping(Callback):
+    """Stop when the evaluated accuracy has not improved by `min_delta` points for `patience`
+    evaluations in a row."""
+
+    def __init__(self, patience: int, min_delta: float = 0.0) -> None:
+        if patience < 1:
+            raise FedshareError(f"EarlyStopping patience={patience} must be at least 1")
+        self.patience, self.min_delta = patience, min_delta
+        self.best, self.waited = float("-inf"), 0
+
+    def on_round_end(self, sim: "Simulation", record: Record) -> bool:
+        if record is None or record.get("accuracy") is None:
+            return False
+        if record["accuracy"] > self.best + self.min_delta:
+            self.best, self.waited = record["accuracy"], 0
+        else:
+            self.waited += 1
+        return self.waited >= self.patience
+
+
+class TimeBudget(Callback):
+    """Stop after the round during which `seconds` of this process's run time ran out."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_begin(self, sim: "Simulation") -> None:
+        self.start = time.perf_counter()
+
+    def on_round_end(self, sim: "Simulation", record: Record) -> bool:
+        return time.perf_counter() - self.start >= self.seconds
