@@ -20,6 +20,8 @@ class Traffic:
     bytes_up: int = 0
     bytes_down: int = 0
     bytes_shared: int = 0
+    bytes_down_personal: int = 0
+    """The part of `bytes_down` addressed to single clients (counted once per receiver)."""
 
     def sent_down(
         self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor], receivers: int
@@ -27,6 +29,11 @@ class Traffic:
         extra = payload_bytes(payload)
         self.bytes_down += (tensor_bytes(weights) + extra) * receivers
         self.bytes_shared += extra * receivers
+
+    def sent_personal(self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor]) -> None:
+        """A message to one client."""
+        self.sent_down(weights, payload, 1)
+        self.bytes_down_personal += tensor_bytes(weights) + payload_bytes(payload)
 
     def sent_up(self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor]) -> None:
         extra = payload_bytes(payload)

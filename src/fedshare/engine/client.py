@@ -1,7 +1,8 @@
 """What a strategy may touch for one client: its data, its random streams, the worker model."""
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -17,7 +18,9 @@ class Client:
     """One client in one round (or phase of a round).
 
     `model` is the single worker model the engine reuses for every client: load weights into
-    it in place (`strategy.load_global`), never deepcopy it.
+    it in place (`strategy.load_global`), never deepcopy it. `state` is the client's own
+    persistent state (kept by the engine between participations, checkpointed; write tensors
+    into it); `personal` is the message addressed to this client alone, if its phase sends one.
     """
 
     id: int
@@ -28,6 +31,8 @@ class Client:
     train: TrainConfig
     seed: int
     phase: str = "train"
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+    personal: Any = None
 
     @property
     def num_samples(self) -> int:

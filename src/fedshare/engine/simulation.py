@@ -30,6 +30,7 @@ from fedshare.engine.checkpoint import (
     save_checkpoint,
 )
 from fedshare.engine.client import Client
+from fedshare.engine.client_state import ClientStates
 from fedshare.engine.evaluation import evaluate
 from fedshare.engine.optim import check_train_config, learning_rate
 from fedshare.engine.resume import check_same_run
@@ -147,6 +148,7 @@ class Simulation:
             data.num_clients, per_round, probs, config.seed, clients.availability_period
         )
         self.traffic = Traffic()
+        self.client_states = ClientStates()
         self.history: list[dict[str, Any]] = []
         self.rounds_completed = 0
         self._elapsed_before = 0.0
@@ -165,6 +167,9 @@ class Simulation:
         dataset = self.data.dataset
         for cid in cohort:
             seed_global_torch(self.config.seed, f"client/{phase.name}", round_idx, cid)
+            personal = phase.personal(round_idx, cid) if phase.personal is not None else None
+            if personal is not None:
+                self.traffic.sent_personal(personal.weights, personal.payload)
             client = Client(
                 cid,
                 round_idx,
@@ -174,8 +179,11 @@ class Simulation:
                 self.config.train,
                 self.config.seed,
                 phase.name,
+                state=self.client_states.checkout(cid, self.device),
+                personal=personal,
             )
             update = phase.client_step(client, message)
+            self.client_states.checkin(cid, client.state)
             self.traffic.sent_up(update.weights, update.payload)
             stats.add(update.metrics)
             yield update
@@ -252,6 +260,7 @@ class Simulation:
         self.history = list(state["history"])
         self.rounds_completed = int(state["rounds_completed"])
         self.traffic = Traffic(**state["traffic"])
+        self.client_states.load_state_dict(state.get("client_states", {}))
         self._elapsed_before = float(state["wall_time_s"])
         restore_rng_state(state["rng"])
         self.dir.rewrite_metrics(self.history)
@@ -266,6 +275,7 @@ class Simulation:
                 "strategy": self.strategy.state_dict(),
                 "history": self.history,
                 "traffic": self.traffic.as_dict(),
+                "client_states": self.client_states.state_dict(),
                 "wall_time_s": self.elapsed(),
                 "rng": rng_state(),
                 "fingerprint": self.data.partition.fingerprint,
@@ -288,6 +298,7 @@ class Simulation:
             data_source=self.data.dataset.source,
             device=str(self.device),
             bytes_shared_per_round=self.traffic.bytes_shared / max(self.rounds_completed, 1),
+            client_state_bytes=self.client_states.bytes_held,
             **self.strategy.summary_metrics(),
         )
 
@@ -313,6 +324,12 @@ class Simulation:
             **self.traffic.as_dict(),
             **info,
         }
+
+    def _count_final_download(self) -> None:
+        """Every client downloads the one-shot result once (counted when the run completes)."""
+        final = self.strategy.final_download()
+        if final is not None:
+            self.traffic.sent_down(final.weights, final.payload, self.data.num_clients)
 
     def _write_results(self) -> None:
         """summary.json and curves.png, also for a run that stopped early or failed."""
@@ -351,6 +368,7 @@ class Simulation:
                     break
             else:
                 self.status = "completed"
+                self._count_final_download()
         except NonFiniteLossError:
             self.status = "diverged"
             raise

@@ -61,6 +61,10 @@ class Phase:
     participants: Callable[[int, list[int]], list[int]] | None = None
     """(round, cohort) -> the clients of this phase; None = the round's cohort. One-shot
     sharing (FedMix, FedData) gathers from every client in round 0 and nobody later."""
+    personal: Callable[[int, int], Message | None] | None = None
+    """(round, client) -> a message for that client alone, on top of the broadcast (FedAA's
+    identifier I_k); the engine counts its bytes for that receiver and hands it to the client
+    as `client.personal`."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,17 @@ class Strategy:
 
     def global_model(self) -> nn.Module:
         return self.model
+
+    def final_download(self) -> Message | None:
+        """What every client downloads after the run, counted once at the end: for a one-shot
+        method the trained parameters of its global model (the head, when the backbone is
+        frozen); None for multi-round methods, whose clients got each round's broadcast."""
+        if not self.one_shot:
+            return None
+        trained = [
+            p.detach().flatten() for p in self.global_model().parameters() if p.requires_grad
+        ]
+        return Message(weights=torch.cat(trained)) if trained else None
 
     def summary_metrics(self) -> dict[str, Any]:
         """Extra run-level keys for `summary.json` (e.g. a privacy metric); none by default."""
