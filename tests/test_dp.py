@@ -10,11 +10,14 @@ from fedshare.errors import FedshareError
 from fedshare.functional.gmm import GaussianMixture
 from fedshare.privacy.dp import (
     analytic_gaussian_std,
+    check_paper_calibration,
     fedpft_noise_std,
+    gaussian_delta,
     mean_cov_sensitivity,
     noise_std,
     private_mean_cov,
     project_psd,
+    reduce_covariance,
 )
 
 
@@ -123,3 +126,45 @@ def test_noise_is_symmetric_and_has_the_calibrated_scale() -> None:
 def test_features_outside_the_unit_ball_are_rejected() -> None:
     with pytest.raises(FedshareError, match="unit ball"):
         private_mean_cov(torch.full((10, 3), 2.0), 1.0)
+
+
+def test_paper_calibration_is_checked_against_the_exact_condition() -> None:
+    """n = 100, δ = 0.01: ε = 1 passes; ε = 10 achieves δ ≈ 0.0116 > 0.01 and stops with a
+    sentence naming ε, δ, the achieved δ and the analytic calibration; check=False and the
+    analytic calibration still work."""
+    n, delta = 100, 0.01
+    sigma = fedpft_noise_std(n, 10.0, delta)
+    assert gaussian_delta(sigma, mean_cov_sensitivity(n), 10.0) == pytest.approx(0.0116, abs=1e-4)
+    check_paper_calibration(n, 1.0, delta, "4/delta")
+    assert noise_std(n, 1.0, delta) == fedpft_noise_std(n, 1.0, delta)
+    with pytest.raises(FedshareError, match=r"\(10, 0\.01\)-DP.*delta=0\.0116.*analytic"):
+        noise_std(n, 10.0, delta)
+    assert noise_std(n, 10.0, delta, check=False) == sigma
+    assert noise_std(n, 10.0, delta, calibration="analytic") > sigma
+    x = torch.nn.functional.normalize(torch.randn(n, 4, dtype=torch.float64), dim=1)
+    with pytest.raises(FedshareError, match="dp_calibration=analytic"):
+        private_mean_cov(x, 10.0)
+
+
+def test_raw_reduction_is_unbiased_and_the_projected_one_is_not() -> None:
+    """E[diag(Σ̂ + ΔΣ)] = diag(Σ̂): the unprojected reading is unbiased for the true diagonal
+    and trace; the PSD projection keeps only positive noise eigenvalues and inflates both."""
+    gen = torch.Generator().manual_seed(3)
+    n, d, trials = 40, 16, 400
+    x = torch.nn.functional.normalize(torch.randn(n, d, generator=gen, dtype=torch.float64), dim=1)
+    x = 0.2 * x  # small true variances, as for well-clustered features
+    true = torch.cov(x.T, correction=0)
+    sigma = fedpft_noise_std(n, 1.0, 1 / n)
+    reads: dict[bool, list[torch.Tensor]] = {True: [], False: []}
+    for project in (True, False):
+        g = torch.Generator().manual_seed(4)
+        for _ in range(trials):
+            _, cov, _ = private_mean_cov(x, 1.0, generator=g, project=project)
+            reads[project].append(reduce_covariance(cov, "diag")[0])
+    raw, proj = torch.stack(reads[False]).mean(0), torch.stack(reads[True]).mean(0)
+    se = sigma / math.sqrt(trials)
+    assert float((raw - true.diagonal()).abs().max()) < 4.5 * se
+    assert abs(float(raw.mean() - true.diagonal().mean())) < 4 * se / math.sqrt(d)
+    assert float((proj - true.diagonal()).min()) > 5 * se  # every coordinate biased upward
+    assert float(proj.mean() - true.diagonal().mean()) > 0.5 * sigma
+    assert reduce_covariance(true, "spherical")[0] == pytest.approx(float(true.trace()) / d)

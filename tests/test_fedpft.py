@@ -95,7 +95,8 @@ def test_engine_bytes_equal_the_formula(mixture_data, cov):
     expected = sum(gmm_bytes(d, k, len(p), cov) + 8 * len(p) for p in sent)
     summary = result.summary
     assert summary["bytes_shared"] == summary["bytes_up"] == expected
-    assert summary["bytes_down"] == 0
+    # nothing goes down before the server trains; then every client downloads the head
+    assert summary["bytes_down"] == fed.num_clients * (d + 1) * mixture_data.num_classes * 4
     assert summary["gmm_param_bytes"] == sum(gmm_bytes(d, k, len(p), cov) for p in sent)
     assert summary["gmm_pairs"] == sum(len(p) for p in sent)
     assert summary["synthetic_samples"] == sum(n for p in sent for _, n in p)
@@ -157,6 +158,35 @@ def test_dp_fedpft_normalises_train_and_test_features(mixture_data):
     torch.testing.assert_close(model(x), expected)
 
 
+def test_dp_reductions_and_the_unchecked_paper_calibration_run(mixture_data):
+    """raw (default) and projected both train; the paper's unchecked σ runs at ε = 20."""
+    fed = federate(mixture_data, "iid", 2, 0)
+    accs = {
+        red: run("dp_fedpft", {"dp_reduction": red}, fed).final_accuracy
+        for red in ("raw", "projected")
+    }
+    assert all(0 <= a <= 100 for a in accs.values())
+    run("dp_fedpft", {"dp_epsilon": 20.0, "dp_check": False}, fed)
+    run("dp_fedpft", {"dp_epsilon": 20.0, "dp_calibration": "analytic"}, fed)
+
+
+def test_oneshot_average_weightings():
+    """uniform gives every client's head weight 1/I whatever its n_i; samples weights by n_i."""
+    from fedshare.strategies.base import Update
+
+    heads = [torch.arange(6.0), torch.full((6,), 10.0)]
+    means = {}
+    for weighting in ("samples", "uniform"):
+        strategy = make_strategy("oneshot_avg", {"weighting": weighting})
+        strategy.head = torch.nn.Linear(2, 2)
+        updates = [Update(0, 10, weights=heads[0]), Update(1, 990, weights=heads[1])]
+        assert strategy.client_weight(updates[0]) == (10.0 if weighting == "samples" else 1.0)
+        strategy.aggregate(updates, 0)
+        means[weighting] = torch.cat([strategy.head.weight.flatten(), strategy.head.bias])
+    torch.testing.assert_close(means["uniform"], (heads[0] + heads[1]) / 2)
+    torch.testing.assert_close(means["samples"], 0.01 * heads[0] + 0.99 * heads[1])
+
+
 @pytest.mark.parametrize(
     ("strategy", "params", "match"),
     [
@@ -164,7 +194,10 @@ def test_dp_fedpft_normalises_train_and_test_features(mixture_data):
         ("fedpft", {"small_class_policy": "keep"}, "small_class_policy"),
         ("fedpft", {"dp": True, "n_components": 3}, "n_components=1"),
         ("dp_fedpft", {"dp_epsilon": -1.0}, "epsilon"),
+        ("dp_fedpft", {"dp_reduction": "trace"}, "dp_reduction"),
+        ("dp_fedpft", {"dp_epsilon": 20.0}, "dp_calibration=analytic"),
         ("fedpft", {"wire_dtype": "int8"}, "wire_dtype"),
+        ("oneshot_avg", {"weighting": "median"}, "strategy.weighting"),
         ("ensemble", {"rule": "vote"}, "strategy.rule"),
         ("kd", {"temperatures": [0.0]}, "temperatures"),
     ],

@@ -121,11 +121,13 @@ def test_quotas_balance_the_server_and_split_evenly():
 
 
 def test_protocol_shape_one_upload_per_device_no_model_traffic():
-    _, summary = shared("xormixfl", M=2)
+    strategy, summary = shared("xormixfl", M=2)
     per_sample = 64 + 3  # an 8×8 uint8 code plus 3 uint8 label ids (target + M dummies)
     assert summary["bytes_up"] == 23 * per_sample  # quota 25 − 2 per device total; no weights
     assert summary["shared_samples"] == 23
-    assert summary["bytes_down"] == 4 * (2 + 4 * 4 + 2 * 9)  # target, quota table, dummy ids
+    model_bytes = sum(p.numel() * 4 for p in strategy.global_model().parameters())
+    # target, quota table, dummy ids; then every participant downloads the trained model once
+    assert summary["bytes_down"] == 4 * (2 + 4 * 4 + 2 * 9) + 4 * model_bytes
 
 
 def test_alpha_has_no_effect_at_p1_and_runs_are_deterministic():
@@ -190,6 +192,36 @@ def test_mixfl_uploads_midpoints_with_soft_labels_at_alpha_half():
     assert soft[0, 9] == soft[0, 3] == 0.5 and float(soft.sum()) == 1.0
 
 
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_mixfl_mix_order_and_ratio(m):
+    """mix_order=equal keeps the target at 1/(M+1) (a left fold shrinks it to ratio^M);
+    mix_ratio replaces α as the target-vs-dummy ratio; both default to the old behaviour."""
+    weights = {
+        key: make_strategy("mixfl", {"M": m, "alpha": 0.25, **params})._weights()
+        for key, params in {
+            "old": {},
+            "ratio": {"mix_ratio": 0.5},
+            "equal": {"mix_order": "equal"},
+        }.items()
+    }
+    torch.testing.assert_close(
+        weights["equal"], torch.full((m + 1,), 1 / (m + 1), dtype=torch.float64)
+    )
+    assert float(weights["old"][0]) == pytest.approx(0.25**m)
+    assert float(weights["ratio"][0]) == pytest.approx(0.5**m)
+
+
+def test_mixfl_equal_order_uploads_the_plain_mean():
+    fed, captured, _ = capture("mixfl", M=2, dummy_labels=[3, 4], mix_order="equal")
+    x = digit_bytes(fed).double()
+    for update, contributors, _ in captured:
+        mean = x[contributors].mean(1)  # p = 1: [target, dummy 3, dummy 4]
+        assert torch.equal(update.payload["samples"], quantize(mean))
+        assert torch.equal(
+            update.payload["labels"][:, 1:].long(), torch.tensor([[3, 4]]).expand(len(mean), -1)
+        )
+
+
 def test_mds_metric():
     gen = torch.Generator().manual_seed(3)
     pts = torch.randn(30, 12, generator=gen, dtype=torch.float64)
@@ -247,6 +279,10 @@ def test_user_errors():
         fedshare.simulate(make_strategy("xormixfl", {"M": 10}), fed, "mlp", rounds=1)
     with pytest.raises(FedshareError, match="dummy_labels"):
         fedshare.simulate(make_strategy("mixfl", {"dummy_labels": [9]}), fed, "mlp", rounds=1)
+    with pytest.raises(FedshareError, match="mix_order"):
+        fedshare.simulate(make_strategy("mixfl", {"mix_order": "x"}), fed, "mlp", rounds=1)
+    with pytest.raises(FedshareError, match="mix_ratio"):
+        fedshare.simulate(make_strategy("mixfl", {"mix_ratio": 1.0}), fed, "mlp", rounds=1)
 
 
 # ------------------------------------------------------------------ reduced orderings (§8 7–8)
@@ -278,12 +314,13 @@ def test_table_presets_compose_and_run(tmp_path):
     small = ["data=digits", "model=mlp", "partition.n=2", "partition.m=25"]
     small += ["train.local_epochs=1", "progress=false"]
     cases = [(2, s) for s in ("xormixfl", "mixfl", "standalone", "fedavg")]
-    cases += [(3, "mixfl"), (4, "xormixfl")]
+    cases += [(3, "mixfl"), (4, "xormixfl"), (4, "mixfl")]
     for table, strategy in cases:
         out = tmp_path / f"{table}{strategy}"
         overrides = [f"experiment=xormixfl/table{table}", f"strategy={strategy}", *small]
         with initialize_config_dir(str(config_dir()), version_base="1.3"):
             cfg = compose("config", overrides=[*overrides, f"run_dir={out}"])
+        assert cfg.strategy.get("mix_ratio") == (0.5 if table in (3, 4) else None)
         summary = execute(cfg, out, {"partition": "xormix"})
         assert summary["rounds_completed"] == 1 and summary["strategy"] == strategy
         assert ("mds_mean" in summary) == (strategy in ("xormixfl", "mixfl"))

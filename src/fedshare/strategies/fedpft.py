@@ -18,10 +18,16 @@ are lost to the server) or "shrink" (K_eff = max(1, min(K, n − 1)); n = 1 give
 variance reg_covar) (§7 A3). Each client may use its own K (`client_components`, cycled).
 
 DP-FedPFT (`dp=true`, or `strategy=dp_fedpft`): K = 1 only; features are L2-normalised (train
-and, through the evaluated model, test: §7 A6), each (client, class) releases μ̃ and the PSD
-projection of Σ̂ + noise (`fedshare.privacy.dp`), reduced to the family afterwards (spherical:
-λ = tr(Σ̃)/d, diag: its diagonal; post-processing, §7 A17 v); δ defaults to 1/n_{i,c}; pairs with
-n < 2 are dropped. The counts n_{i,c} are released without noise, as in the paper.
+and, through the evaluated model, test: §7 A6), each (client, class) releases μ̃ and Σ̂ + noise
+(`fedshare.privacy.dp`), reduced to the family afterwards (spherical: λ = tr/d, diag: the
+diagonal, floored at reg_covar; full: the PSD projection). `dp_reduction` says what is read
+for diag/spherical: "raw" (default) the unprojected noisy matrix, unbiased for the true
+trace/diagonal; "projected" (§7 A17 v, the old default) the PSD projection, biased upward (it
+keeps only the positive noise eigenvalues). Both are post-processing of one release (same
+guarantee); raw was measured +7.2 pp (I = 10) and +12.9 pp (I = 50) at ε = 1 on the CIFAR-10
+sample features, hence the default. With `dp_calibration=paper` the exact (ε, δ) condition is
+checked per pair (`dp_check`, default on; off reproduces the paper's unchecked σ). δ defaults to
+1/n_{i,c}; pairs with n < 2 are dropped. The counts n_{i,c} are released without noise.
 """
 
 from collections.abc import Iterable, Mapping
@@ -125,6 +131,11 @@ class FedPFT(Strategy):
     """Theorem 4.1's ln(4/δ) or the proof's ln(2/δ) (§7 A17 ii)."""
     dp_calibration: str = "paper"
     """paper (Theorem 4.1's σ) | analytic (Balle & Wang's analytic Gaussian mechanism)."""
+    dp_reduction: str = "raw"
+    """raw (unprojected noisy Σ: unbiased, the default) | projected (§7 A17 v): how diag and
+    spherical read the private covariance (full is always projected)."""
+    dp_check: bool = True
+    """Stop when the paper's σ fails the exact (ε, δ) condition (False: the paper's behaviour)."""
 
     # ------------------------------------------------------------------ setup
     def setup(self, ctx: SetupContext) -> None:
@@ -160,8 +171,17 @@ class FedPFT(Strategy):
                     f"strategy.n_components=1, got {ks}"
                 )
             dp.noise_std(
-                10, self.dp_epsilon, self.dp_delta or 0.1, self.dp_log_term, self.dp_calibration
-            )  # validates the budget, log term and calibration
+                10,
+                self.dp_epsilon,
+                self.dp_delta or 0.1,
+                self.dp_log_term,
+                self.dp_calibration,
+                check=False,
+            )  # validates the budget, log term and calibration; the (ε, δ) check needs n
+            if self.dp_reduction not in dp.REDUCTIONS:
+                raise FedshareError(
+                    choices_message("strategy.dp_reduction", self.dp_reduction, list(dp.REDUCTIONS))
+                )
 
     @property
     def normalize(self) -> bool:
@@ -185,21 +205,7 @@ class FedPFT(Strategy):
         if n < min_n or (self.small_class_policy == "drop" and n <= k):
             return None, 0
         if self.dp:
-            mean, cov, _ = dp.private_mean_cov(
-                x,
-                self.dp_epsilon,
-                self.dp_delta,
-                generator,
-                self.dp_log_term,
-                self.dp_calibration,
-            )
-            covs = {
-                "full": cov[None],
-                "diag": cov.diagonal()[None],
-                "spherical": cov.diagonal().mean()[None],
-            }[self.covariance]
-            ones = torch.ones(1, dtype=mean.dtype, device=mean.device)
-            return GaussianMixture(ones, mean[None], covs, self.covariance), 0
+            return self.private_gaussian(x, generator), 0
         if n == 1:
             return point_mass(x, self.covariance, self.reg_covar), 0
         k_eff = min(k, n - 1) if self.small_class_policy == "shrink" else k
@@ -207,6 +213,25 @@ class FedPFT(Strategy):
             x, k_eff, self.covariance, self.reg_covar, self.tol, self.max_iter, generator
         )
         return g, info.n_iter
+
+    def private_gaussian(self, x: torch.Tensor, generator: torch.Generator) -> GaussianMixture:
+        """DP-FedPFT's one-component release of `x`, reduced per `dp_reduction`."""
+        raw = self.dp_reduction == "raw" and self.covariance != "full"
+        mean, cov, _ = dp.private_mean_cov(
+            x,
+            self.dp_epsilon,
+            self.dp_delta,
+            generator,
+            self.dp_log_term,
+            self.dp_calibration,
+            project=not raw,
+            check=self.dp_check,
+        )
+        covs = dp.reduce_covariance(cov, self.covariance)
+        if raw:
+            covs = covs.clamp_min(self.reg_covar)  # post-processing: a valid variance
+        ones = torch.ones(1, dtype=mean.dtype, device=mean.device)
+        return GaussianMixture(ones, mean[None], covs, self.covariance)
 
     def local_mixtures(
         self, feats: torch.Tensor, labels: torch.Tensor, k: int, client: Client, prefix: str

@@ -8,9 +8,12 @@ model centrally on its base samples plus the shared samples, and the run ends (o
 - XorMixFL: code = g^p(T) ⊕ g^p(D₁) ⊕ … ⊕ g^p(D_M) on uint8 pixel bytes (Eq. 2, A1, A4
   `xor_each`); the server decodes with blends of its own samples of the same dummy labels
   (Eq. 3) and labels the result with the target (hard label).
-- MixFL (the paper's ablation, A10): the device uploads the Mixup α-fold of
+- MixFL (the paper's ablation, A10): the device uploads the Mixup fold of
   [g^p(T), g^p(D₁), …, g^p(D_M)] quantised to uint8; the server uses it directly with the
-  Mixup soft label (or the hard target label).
+  Mixup soft label (or the hard target label). The fold's ratio is `mix_ratio` (None: α, the
+  old default; the Table 3/4 presets fix 0.5, A10, since the paper's MixFL does not move with
+  α) and its order `mix_order` (None: `blend_order`, the old default; `equal` gives the target
+  and each dummy 1/(M+1), where a left fold shrinks the target to ratio^M as M grows).
 
 Privacy (§4, A11): `summary.json` gets the MDS distance of the augmented samples (decoded /
 mixed) to the device's raw contributors (`mds_mean`, `mds_std`), the same for what is
@@ -67,7 +70,10 @@ class SampleSharing(OneShotServer):
     """Shared samples per target label in all; None: the server's largest class minus its own."""
     blend_order: str = "fold_left"
     """Reading of "g^p" (A3): fold_left | nested | sequence (binomial) | equal; MixFL also
-    folds [target, dummies] with it."""
+    folds [target, dummies] with it unless `mix_order` is set."""
+    mix_ratio: float | None = None
+    """MixFL's target-vs-dummy ratio; None: `alpha`. XorMixFL has no such mix and ignores it
+    (it lives here so that one Table 3/4 preset serves both methods)."""
     binarize: bool = False
     """Blend and encode {0, 255} images instead of uint8 grey levels (§3.1 option)."""
     mds_dims: int | None = None
@@ -132,6 +138,8 @@ class SampleSharing(OneShotServer):
             raise FedshareError(f"strategy.quota={self.quota} must not be negative")
         if self.mds_dims is not None and self.mds_dims < 1:
             raise FedshareError(f"strategy.mds_dims={self.mds_dims} must be >= 1 or null")
+        if self.mix_ratio is not None and not 0.0 < self.mix_ratio < 1.0:
+            raise FedshareError(f"strategy.mix_ratio={self.mix_ratio} must lie in (0, 1)")
 
     # ------------------------------------------------------------------ server -> devices
     def broadcast(self, round_idx: int) -> Message:
@@ -302,8 +310,9 @@ class MixFL(SampleSharing):
     """MixFL (specs/xormixfl.md §3.9, A10): devices upload the Mixup α-fold of the target blend
     and the M dummy blends; the server trains on it as is, with the Mixup soft label."""
 
-    mix_ratio: float | None = None
-    """Target-vs-dummy ratio of the fold; None: `alpha` (A10 offers a fixed 0.5)."""
+    mix_order: str | None = None
+    """Order of the [target, dummies] fold: None = `blend_order` (the old behaviour) |
+    fold_left | nested | sequence | equal (1/(M+1) each, the target's weight kept as M grows)."""
     label: str = "soft"
     """`soft`: Mixup label distribution; `hard`: the target label."""
 
@@ -311,12 +320,14 @@ class MixFL(SampleSharing):
         super()._check_params()
         if self.label not in ("soft", "hard"):
             raise FedshareError(choices_message("strategy.label", self.label, ["soft", "hard"]))
-        if self.mix_ratio is not None and not 0.0 < self.mix_ratio < 1.0:
-            raise FedshareError(f"strategy.mix_ratio={self.mix_ratio} must lie in (0, 1)")
+        if self.mix_order is not None and self.mix_order not in ORDERS:
+            raise FedshareError(choices_message("strategy.mix_order", self.mix_order, ORDERS))
 
     def _weights(self) -> torch.Tensor:
+        """Weights of [target, dummy₁, …, dummy_M] in the uploaded mix (and its soft label)."""
         ratio = self.alpha if self.mix_ratio is None else self.mix_ratio
-        return fold_weights(ratio, self.M + 1, self.blend_order)
+        order = self.blend_order if self.mix_order is None else self.mix_order
+        return fold_weights(ratio, self.M + 1, order)
 
     def encode(
         self, target: torch.Tensor, dummies: torch.Tensor, labels: torch.Tensor
