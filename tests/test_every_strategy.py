@@ -45,12 +45,15 @@ Adam-trained HARNets sit at chance for the first rounds (measured: 16.7 % after 
 the clients' training loss fell from 1.29 to 0.92)."""
 ALWAYS_THERE = ("digits", "synthetic", "synthetic_mixture")
 
+
 def server_partition(data: Dataset) -> dict:
     """The one-shot server strategies need a server with data of its own (specs/xormixfl.md
     §5): XorMixFL's split with label 1 deficient, as many samples per other label as 4
     participants can each get."""
     per_label = int(torch.bincount(data.y_train).min()) // 4
     return {"name": "xormix", "target_labels": [1], "n": 2, "m": per_label}
+
+
 NEEDS_SERVER = ("xormixfl", "mixfl", "standalone")
 ON_FEATURES = ("fedpft", "dp_fedpft", "fedpft_chain", "oneshot_avg", "ensemble", "kd")
 """Heads on frozen features: run on the documented feature pipeline (a fixed random-ReLU map,
@@ -58,7 +61,9 @@ ON_FEATURES = ("fedpft", "dp_fedpft", "fedpft_chain", "oneshot_avg", "ensemble",
 HEAD_LR = {"lr": 1e-2}
 """FedPFT's Adam 1e-4 underfits heads on a few hundred samples per client (issue 18 item 5 and
 the `fedpft/digits_dir0.3` preset use 1e-2); the matrix trains the heads at 1e-2."""
-NEEDS_BODY = {("fedbabu", "synthetic_mixture"), ("rebafl", "synthetic_mixture")}
+NEEDS_SERVER_DATA = ("fedavg_ft",)
+"""Strategies that train on data the server holds: 10 % of the training set is carved out."""
+NEEDS_BODY = {(s, "synthetic_mixture") for s in ("fedbabu", "rebafl", "fedavg_ft")}
 """The dataset's default model is a linear head alone: these methods refuse it clearly."""
 NOT_YET_ABOVE_CHANCE = {
     ("dp_fedpft", d)
@@ -100,7 +105,8 @@ def dataset(name: str, features: bool = False) -> Dataset:
 def quick_run(strategy_name: str, data: Dataset, seed: int = 0):
     strategy = make_strategy(strategy_name)
     partition = server_partition(data) if strategy_name in NEEDS_SERVER else "iid"
-    fed = federate(data, partition, 4, seed)
+    server_size = len(data.y_train) // 10 if strategy_name in NEEDS_SERVER_DATA else 0
+    fed = federate(data, partition, 4, seed, server_size=server_size)
     train = resolve_train(HEAD_LR if strategy_name in ON_FEATURES else {}, strategy, data.name)
     if not strategy.one_shot:
         train.local_epochs = 2  # a fixed, short budget; everything else is the layered default

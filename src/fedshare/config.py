@@ -65,6 +65,17 @@ class CheckpointConfig:
 
 
 @dataclass
+class ServerDataConfig:
+    """Data the server holds: carved, class-balanced, from the training set before the
+    clients' partition (FedAvg-FT's labelled set; FedKT's and FedBE's public inputs)."""
+
+    size: int = 0
+    """Training samples the server takes (0 = none)."""
+    labelled: bool = True
+    """False: the server may use the inputs only."""
+
+
+@dataclass
 class SimulationConfig:
     """Everything the engine needs besides the strategy, the data and the model."""
 
@@ -110,3 +121,4 @@ class RunConfig(SimulationConfig):
     resume: bool = False
     overwrite: bool = False
     """Replace a run already in `run_dir` (its files are deleted first)."""
+    server_data: ServerDataConfig = field(default_factory=ServerDataConfig)

@@ -40,6 +40,8 @@ def inspect_partition(cfg: DictConfig, output_dir: Path) -> str:
         run.clients.num,
         run.seed,
         run.clients.samples_per_client,
+        run.server_data.size,
+        run.server_data.labelled,
     )
     directory = RunDirectory(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

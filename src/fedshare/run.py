@@ -78,10 +78,12 @@ def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str])
     partition_cfg = OmegaConf.to_container(cfg.partition, resolve=True)
     fed = federate(
         dataset,
-        partition_cfg,
+        partition_cfg,  # type: ignore[arg-type]
         run.clients.num,
-        run.seed,  # type: ignore[arg-type]
+        run.seed,
         run.clients.samples_per_client,
+        run.server_data.size,
+        run.server_data.labelled,
     )
     model_name, model_params = group_params(cfg.model)
     if model_name == "auto":

@@ -1,13 +1,15 @@
 """Federated data: the dataset on the run device plus each client's index tensor."""
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from fedshare.data.dataset import Dataset
-from fedshare.data.partition import Partition, make_partition
+from fedshare.data.datasets import balanced_subset
+from fedshare.data.partition import Partition, fingerprint, make_partition
 from fedshare.data.shift import apply_domain_shift
 from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
@@ -15,11 +17,27 @@ from fedshare.errors import FedshareError
 
 @dataclass
 class FederatedData:
-    """A dataset and its partition; a client is an index tensor into the training set."""
+    """A dataset and its partition; a client is an index tensor into the training set.
+
+    `server_indices` is the server's own data (`server_data.size` samples carved, class-
+    balanced, from the training set before partitioning; no client holds them), `None` when
+    the run has none; with `server_labelled=False` the server may use the inputs only.
+    """
 
     dataset: Dataset
     partition: Partition
     client_indices: list[torch.Tensor]
+    server_indices: torch.Tensor | None = None
+    server_labelled: bool = True
+
+    def server_batch(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The server's data, prepared without augmentation; labels only if labelled."""
+        if self.server_indices is None:
+            raise FedshareError(
+                "this strategy needs data on the server; set server_data.size (e.g. 300)"
+            )
+        x, y = self.dataset.train_batch(self.server_indices)
+        return x, (y if self.server_labelled else None)
 
     @property
     def num_clients(self) -> int:
@@ -30,8 +48,13 @@ class FederatedData:
         return self.partition.sizes
 
     def to(self, device: torch.device | str) -> "FederatedData":
+        server = None if self.server_indices is None else self.server_indices.to(device)
         return FederatedData(
-            self.dataset.to(device), self.partition, [ix.to(device) for ix in self.client_indices]
+            self.dataset.to(device),
+            self.partition,
+            [ix.to(device) for ix in self.client_indices],
+            server,
+            self.server_labelled,
         )
 
 
@@ -55,15 +78,24 @@ def federate(
     num_clients: int | None = 10,
     seed: int = 0,
     samples_per_client: int | None = None,
+    server_size: int = 0,
+    server_labelled: bool = True,
 ) -> FederatedData:
     """Split `dataset` among clients; `partition` is a partitioner name or {name, **params}.
 
-    A partition that carries input transforms (covariate shift) is applied to the dataset here.
+    With `server_size`, that many training samples (class-balanced, drawn from the stream
+    (seed, "server_data")) go to the server first and the clients share the rest; the
+    partition's fingerprint and `info["server_data"]` record them. A partition that carries
+    input transforms (covariate shift) is applied to the dataset here.
     """
     cfg = {"name": partition} if isinstance(partition, str) else dict(partition)
-    n = resolve_num_clients(len(dataset.y_train), num_clients, samples_per_client)
     labels = dataset.y_train.cpu().numpy()
-    part = make_partition(labels, n, cfg, numpy_rng(seed, "partition"), dataset.num_classes)
+    server, kept = carve_server_data(labels, server_size, seed)
+    n = resolve_num_clients(len(kept), num_clients, samples_per_client)
+    rng = numpy_rng(seed, "partition")
+    part = make_partition(labels[kept], n, cfg, rng, dataset.num_classes)
+    if server is not None:
+        part = with_server_data(part, kept, server, labels, server_labelled)
     empty = [k for k, ix in enumerate(part.client_indices) if len(ix) == 0]
     if empty:
         raise FedshareError(
@@ -73,4 +105,41 @@ def federate(
         )
     dataset = apply_domain_shift(dataset, part)
     indices = [torch.from_numpy(ix) for ix in part.client_indices]
-    return FederatedData(dataset, part, indices)
+    server_indices = None if server is None else torch.from_numpy(server)
+    return FederatedData(dataset, part, indices, server_indices, server_labelled)
+
+
+def carve_server_data(
+    labels: np.ndarray, size: int, seed: int
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """(the server's indices or None, the indices left for the clients)."""
+    everything = np.arange(len(labels))
+    if not size:
+        return None, everything
+    if not 0 < size < len(labels):
+        raise FedshareError(
+            f"server_data.size={size} must be between 1 and the {len(labels) - 1} training "
+            f"samples that would leave the clients at least one"
+        )
+    server = balanced_subset(labels, size, numpy_rng(seed, "server_data")).numpy()
+    return server, np.setdiff1d(everything, server)
+
+
+def with_server_data(
+    part: Partition, kept: np.ndarray, server: np.ndarray, labels: np.ndarray, labelled: bool
+) -> Partition:
+    """The partition of the clients' share, in indices of the whole training set, with the
+    server's data in its fingerprint and info."""
+    indices = [kept[ix] for ix in part.client_indices]
+    counts = np.bincount(labels[server], minlength=part.num_classes).tolist()
+    info = {
+        **part.info,
+        "server_data": {"size": len(server), "labelled": labelled, "class_counts": counts},
+    }
+    extra = {"server": np.sort(server).tolist(), "transforms": part.transforms}
+    return replace(
+        part,
+        client_indices=indices,
+        fingerprint=fingerprint(indices, extra),
+        info=info,
+    )

@@ -14,6 +14,7 @@ from fedshare.strategies.bsm_fedavg import BSMFedAvg
 from fedshare.strategies.centralized import Centralized
 from fedshare.strategies.ensemble import Ensemble
 from fedshare.strategies.fedavg import FedAvg
+from fedshare.strategies.fedavg_ft import FedAvgFT
 from fedshare.strategies.fedbabu import FedBABU
 from fedshare.strategies.feddata import FedData
 from fedshare.strategies.fedlc import FedLC
@@ -37,6 +38,7 @@ __all__ = [
     "Ensemble",
     "FLea",
     "FedAvg",
+    "FedAvgFT",
     "FedBABU",
     "FedData",
     "FedLC",
