@@ -55,6 +55,11 @@ class EvalConfig:
     """Evaluate the global model every `every` rounds, and always at the last round."""
     batch_size: int = 1024
     per_class: bool = False
+    personal: bool = False
+    """Also score each client's model on a test split with its own label mix
+    (`fedshare.engine.personal_eval`): `personal_accuracy` (mean) and `personal_accuracy_min`."""
+    personal_size: int = 100
+    """Test samples per client for the personal evaluation."""
 
 
 @dataclass

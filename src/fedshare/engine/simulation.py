@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -33,6 +34,7 @@ from fedshare.engine.client import Client
 from fedshare.engine.client_state import ClientStates
 from fedshare.engine.evaluation import evaluate
 from fedshare.engine.optim import check_train_config, learning_rate
+from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
 from fedshare.engine.resume import check_same_run
 from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
@@ -317,6 +319,8 @@ class Simulation:
             self.config.eval.batch_size,
             self.config.eval.per_class,
         )
+        if self.config.eval.personal:
+            result.update(self._personal_metrics())
         return {
             "round": self.rounds_completed,
             **result,
@@ -330,6 +334,21 @@ class Simulation:
         final = self.strategy.final_download()
         if final is not None:
             self.traffic.sent_down(final.weights, final.payload, self.data.num_clients)
+
+    def _personal_metrics(self) -> dict[str, float]:
+        if not hasattr(self, "_personal_splits"):
+            self._personal_splits = personal_test_splits(
+                np.asarray(self.data.partition.class_counts),
+                self.data.dataset.y_test,
+                self.config.eval.personal_size,
+                self.config.seed,
+            )
+        states = self.client_states
+        return personal_metrics(
+            self._personal_splits,
+            self.data.dataset,
+            lambda k: self.strategy.personal_model(k, states.checkout(k, self.device)),
+        )
 
     def _write_results(self) -> None:
         """summary.json and curves.png, also for a run that stopped early or failed."""

@@ -116,6 +116,11 @@ class Strategy:
     def global_model(self) -> nn.Module:
         return self.model
 
+    def personal_model(self, client_id: int, state: Mapping[str, torch.Tensor]) -> nn.Module:
+        """The model client `client_id` would use, from the global model and its own state
+        (for `eval.personal`); the global model unless the method keeps something local."""
+        return self.global_model()
+
     def final_download(self) -> Message | None:
         """What every client downloads after the run, counted once at the end: for a one-shot
         method the trained parameters of its global model (the head, when the backbone is
