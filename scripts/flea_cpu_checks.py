@@ -54,6 +54,8 @@ def run(
     fed: FederatedData, method: str, params: dict[str, Any], args: argparse.Namespace, seed: int
 ) -> dict[str, Any]:
     model = api.init_model(args.model, fed, seed, {"share_layer": args.split, "width": args.width})
+    if method == "flea":  # FLea's split is its own parameter (the model's flea_layer by default)
+        params = {"split_layer": args.split, **params}
     start = time.perf_counter()
     result = api.simulate(
         make_strategy(method, params),

@@ -1,14 +1,20 @@
 """FLea, FedMix, FedData (flea.md): §9 A unit properties, buffer lifecycle, exposure, resume."""
 
 import copy
+import inspect
+import wave
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 
+from conftest import data_root_or_skip
 from fedshare import api
 from fedshare.config import TrainConfig
+from fedshare.data.datasets import DATASETS, load_dataset
 from fedshare.engine.optim import learning_rate, make_optimizer
 from fedshare.engine.sampling import CohortSampler
 from fedshare.errors import FedshareError
@@ -141,8 +147,74 @@ def test_optimizer_reset_each_step_equals_a_new_adam_per_step():
 )
 def test_shared_layer_shapes_of_fleas_models(model, input_shape, classes, shape):
     net = build_model(model, input_shape, classes).eval()
+    assert make_strategy("flea").resolve_split(net) == net.flea_layer == 2
     with torch.no_grad():
-        assert net.encode(torch.zeros(1, *input_shape), net.share_layer).shape[1:] == shape
+        assert net.encode(torch.zeros(1, *input_shape), net.flea_layer).shape[1:] == shape
+
+
+# --------------------------------------------------------------------------- the split l
+def test_default_split_is_the_models_flea_layer_not_its_share_layer():
+    model = build_model("lenet_fmnist", (1, 28, 28), 10)  # share_layer: ReBaFL's penultimate
+    assert model.share_layer == model.penultimate == 3
+    assert make_strategy("flea").resolve_split(model) == model.flea_layer == 1
+    assert make_strategy("flea", {"split_layer": 2}).resolve_split(model) == 2
+
+
+def test_penultimate_split_is_refused_unless_allowed(digits20):
+    model = build_model("cnn_small", (1, 8, 8), 10)
+    with pytest.raises(FedshareError, match=r"split 3 is the penultimate split") as err:
+        make_strategy("flea", {"split_layer": 3}).resolve_split(model)
+    assert "allow_penultimate_split=true" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(FedshareError, match="penultimate"):
+        run("flea", digits20, rounds=1, params={"split_layer": 3})
+    allowed = make_strategy("flea", {"split_layer": 3, "allow_penultimate_split": True})
+    assert allowed.resolve_split(model) == 3
+    one_hidden = build_model("mlp", (1, 8, 8), 10, {"hidden": [16]})  # its flea_layer = head input
+    with pytest.raises(FedshareError, match="penultimate"):
+        make_strategy("flea").resolve_split(one_hidden)
+    with pytest.raises(FedshareError, match="has no FLea split"):
+        make_strategy("flea").resolve_split(build_model("linear", (12,), 5))
+
+
+# --------------------------------------------------------------------------- §8 item 2: KD
+def _kd_only_loss(model, teacher, x, y, f_buf, y_buf, detach_teacher=True):
+    """Reference KD term with kd_input=mixed: KL(θ^(t)[l:](f̃) ‖ θ_k[l:](f̃)), β from seed 0."""
+    f = model.encode(x, 1)
+    beta = beta_weights(len(y), 2.0, np.random.default_rng(0))
+    f_mix = mix_pair(f, f_buf, beta)
+    target = teacher.decode(f_mix, 1)
+    return distillation_kl(model.decode(f_mix, 1), target.detach() if detach_teacher else target)
+
+
+def _grads(model, loss):
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_kd_teacher_is_frozen_with_mixed_inputs():
+    torch.manual_seed(0)
+    model = build_model("cnn_small", (1, 8, 8), 10)
+    teacher = copy.deepcopy(model)  # requires_grad stays on, so a leak would show
+    with torch.no_grad():
+        for p in teacher.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    flea = make_strategy("flea", {"kd_input": "mixed", "local_ce_weight": 0, "mix_ce_weight": 0})
+    flea.split, flea.num_classes = 1, 10
+    x, y = torch.randn(6, 1, 8, 8), torch.randint(0, 10, (6,))
+    f_buf, y_buf = model.encode(torch.randn(6, 1, 8, 8), 1).detach(), torch.randint(0, 10, (6,))
+    rng = np.random.default_rng(0)
+    loss = flea._mixed_loss(model, teacher, y, model.encode(x, 1), f_buf, y_buf, rng)
+    got = _grads(model, loss)
+    assert all(p.grad is None for p in teacher.parameters())
+    frozen = _kd_only_loss(model, teacher, x, y, f_buf, y_buf)
+    leaky = _kd_only_loss(model, teacher, x, y, f_buf, y_buf, detach_teacher=False)
+    assert loss.item() == pytest.approx(frozen.item(), rel=1e-6)  # the value is unchanged
+    assert leaky.item() == pytest.approx(frozen.item(), rel=1e-6)
+    for a, b in zip(got, _grads(model, frozen), strict=True):
+        assert torch.allclose(a, b, atol=1e-7)
+    through = _grads(model, leaky)  # what a teacher path with gradient would give
+    assert not all(torch.allclose(a, b, atol=1e-7) for a, b in zip(got, through, strict=True))
 
 
 def test_buffer_lifecycle_bytes_and_exposure(digits20):
@@ -303,3 +375,57 @@ def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, digits20, strateg
     assert without_wall_time(resumed.history) == without_wall_time(full.history)
     keys = ("exposure_pairs", "exposure_data_mean", "shared_dcor")
     assert {k: resumed.summary[k] for k in keys} == {k: full.summary[k] for k in keys}
+
+
+# --------------------------------------------------------------------------- §8 item 13: test set
+AUGMENT_TEST_DATASETS = ("cifar10", "cifar100", "urbansound8k", "fsdd")
+DATA_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "data"
+
+
+@pytest.mark.parametrize("name", AUGMENT_TEST_DATASETS)
+def test_augment_test_is_one_switch_off_by_default(name):
+    default = inspect.signature(DATASETS.get(name)).parameters["augment_test"].default
+    assert default is False
+    assert OmegaConf.load(DATA_CONFIGS / f"{name}.yaml").augment_test is False
+
+
+def test_cifar_augment_test_crops_the_test_images_too():
+    root = data_root_or_skip("cifar10_sample")
+    cfg = {"name": "cifar10", "root": str(root), "source": "npz", "cache": False}
+    clean = load_dataset(cfg)
+    train = load_dataset(cfg | {"static_augment": "train"})
+    both = load_dataset(cfg | {"static_augment": "train", "augment_test": True})
+    assert torch.equal(train.x_test, clean.x_test) and torch.equal(both.x_train, train.x_train)
+    assert not torch.equal(both.x_test, clean.x_test)
+    assert torch.equal(load_dataset(cfg | {"static_augment": "all"}).x_test, both.x_test)
+    with pytest.raises(FedshareError, match=r"augment_test=true needs data\.static_augment"):
+        load_dataset(cfg | {"augment_test": True})
+
+
+def _write_fsdd(root: Path) -> None:
+    folder = root / "fsdd" / "recordings"
+    folder.mkdir(parents=True)
+    t = np.arange(2400) / 8000
+    for digit, take in [(1, 0), (2, 1), (1, 5), (2, 6)]:
+        x = 0.3 * np.sin(2 * np.pi * (200 + 50 * digit + take) * t)
+        with wave.open(str(folder / f"{digit}_theo_{take}.wav"), "wb") as fh:
+            fh.setnchannels(1)
+            fh.setsampwidth(2)
+            fh.setframerate(8000)
+            fh.writeframes((x * 32767).astype("<i2").tobytes())
+
+
+def test_audio_augment_test_and_its_older_alias(tmp_path):
+    _write_fsdd(tmp_path)
+    cfg = {"name": "fsdd", "root": str(tmp_path), "cache": False}
+    plain = {"random_pad": False, "time_shift": 0.0, "freq_masks": 0, "time_masks": 0}
+    clean = load_dataset(cfg | {"spectrogram": plain})
+    default = load_dataset(cfg)
+    both = load_dataset(cfg | {"augment_test": True})
+    assert torch.equal(default.x_test, clean.x_test)  # clean test clips by default
+    assert torch.equal(both.x_train, default.x_train)
+    assert not torch.equal(both.x_test, clean.x_test)
+    alias = load_dataset(cfg | {"spectrogram": {"augment_test": True}})
+    assert torch.equal(alias.x_test, both.x_test)
+    with pytest.raises(FedshareError, match="contradicts"):
+        load_dataset(cfg | {"augment_test": True, "spectrogram": {"augment_test": False}})

@@ -103,6 +103,37 @@ def test_default_share_layer_gives_the_papers_activations(name, shared):
     assert model.encode(x, model.share_layer).shape[1:] == shared
 
 
+# FLea's split per model: an early block, never the head's input (flea.md §4.2, §8).
+FLEA_SPLITS: dict[str, tuple[list[str], tuple[int, ...]]] = {
+    "mobilenetv2_cifar": (["stem", "block1"], (16, 32, 32)),  # the paper's, `--layer 0`
+    "audionet": (["conv1", "conv2"], (16, 16, 86)),  # the paper's, `--layer 1`
+    "harnet": (["conv1", "conv2"], (128, 20, 7)),  # the paper's, `--layer 1`
+    "cnn_small": (["conv1"], (32, 4, 4)),
+    "cnn_mnist": (["conv1"], (32, 26, 26)),
+    "lenet_fmnist": (["conv1"], (16, 12, 12)),
+    "lenet_cifar": (["conv1"], (16, 14, 14)),
+    "resnet20_cifar": (["stem", "layer1"], (16, 32, 32)),
+    "resnet18": (["stem", "layer1"], (64, 8, 8)),
+    "resnet50": (["stem", "layer1"], (256, 8, 8)),
+    "mlp": (["fc1"], (200,)),
+}
+
+
+def test_every_model_with_a_body_has_a_flea_split():
+    assert set(FLEA_SPLITS) == set(CASES) - {"linear"}
+    assert build("linear").flea_layer is None  # no body: FLea refuses it
+
+
+@pytest.mark.parametrize("name", sorted(FLEA_SPLITS))
+def test_flea_split_is_an_early_block_not_the_penultimate_one(name):
+    model = build(name).eval()
+    blocks, shape = FLEA_SPLITS[name]
+    assert model.flea_layer is not None and 0 < model.flea_layer < model.penultimate
+    assert model.block_names[: model.flea_layer] == blocks
+    with torch.no_grad():
+        assert model.encode(torch.randn(2, *CASES[name][0]), model.flea_layer).shape[1:] == shape
+
+
 def test_flea_share_layer_is_after_the_first_inverted_residual_block():
     model = build("mobilenetv2_cifar")
     assert model.block_names[: model.share_layer] == ["stem", "block1"]

@@ -7,7 +7,8 @@ as the notebook computes it: 176,000 at 44.1 kHz and 4 s), circular time shift,
 MelSpectrogram, dB with `top_db`, then frequency and time masks filled with the clip's mean.
 The random parts (pad position, shift, masks) are drawn once, at load time, from a seeded
 stream per clip, and can each be switched off. FLea's code applies them to the test clips
-too (`augment_test`, default on, §8 item 13); clips not augmented are padded at the end.
+too; here that is `data.augment_test` (default off: clean test clips, §8 item 13, the same
+switch and default as CIFAR's); clips not augmented are padded at the end.
 The shift rolls each channel along time (the notebook rolls the flattened tensor, which is
 the same for duplicated mono and leaks between the channels of true stereo clips).
 """
@@ -54,8 +55,9 @@ class SpectrogramConfig:
     time_masks: int = 2
     mask_fraction: float = 0.1
     """Each mask covers up to this fraction of its axis."""
-    augment_test: bool = True
-    """Apply the random parts to test clips too, as FLea's code does."""
+    augment_test: bool = False
+    """Apply the random parts to test clips too, as FLea's code does (set by `data.augment_test`;
+    `data.spectrogram.augment_test` is its older alias)."""
     seed: int = 1
     dtype: str = "float32"
     """Storage dtype: float32, or float16 to halve memory (batches are cast to float)."""
@@ -75,10 +77,18 @@ class SpectrogramConfig:
 
 
 def spectrogram_config(
-    base: SpectrogramConfig, overrides: Mapping[str, Any] | None
+    base: SpectrogramConfig, overrides: Mapping[str, Any] | None, augment_test: bool = False
 ) -> SpectrogramConfig:
-    """`base` with the user's `data.spectrogram` overrides, checked key by key."""
+    """`base` with the user's `data.spectrogram` overrides, checked key by key, and the test-set
+    switch `data.augment_test` (the older `spectrogram.augment_test` is an alias of it)."""
     params = check_params(SpectrogramConfig, dict(overrides or {}), "spectrogram", "options")
+    legacy = params.get("augment_test")
+    if augment_test and legacy is False:
+        raise FedshareError(
+            "data.augment_test=true contradicts data.spectrogram.augment_test=false; set only "
+            "data.augment_test"
+        )
+    params["augment_test"] = bool(augment_test or legacy)
     cfg = replace(base, **params)
     if cfg.dtype not in STORE_DTYPES:
         raise FedshareError(
@@ -233,6 +243,7 @@ def load_urbansound8k(
     split_seed: int = 1,
     test_folds: tuple[int, ...] = (10,),
     spectrogram: dict[str, Any] | None = None,
+    augment_test: bool = False,
 ) -> Dataset:
     """UrbanSound8K (8,732 clips ≤ 4 s, 10 classes) from the official folder layout
     `<root>/UrbanSound8K/metadata/UrbanSound8K.csv` + `audio/fold1..fold10/*.wav`, as FLea's
@@ -240,13 +251,14 @@ def load_urbansound8k(
 
     `split`: "random" is FLea's seeded 80/20 split (`test_fraction`, `split_seed`: 6,986 /
     1,746); "folds" puts the official `test_folds` in the test set. `spectrogram` overrides
-    `SpectrogramConfig` keys. No normalisation (FLea feeds dB values to AudioNet).
+    `SpectrogramConfig` keys; `augment_test` applies the random parts to the test clips too
+    (FLea's code; default off). No normalisation (FLea feeds dB values to AudioNet).
     """
     if split not in URBANSOUND_SPLITS:
         raise FedshareError(
             f"data.split must be one of {', '.join(URBANSOUND_SPLITS)}, got {split!r}"
         )
-    cfg = spectrogram_config(SpectrogramConfig(), spectrogram)
+    cfg = spectrogram_config(SpectrogramConfig(), spectrogram, augment_test)
     base = find_files(request.root, [URBANSOUND_CSV])
     if base is None:
         if not request.download:
@@ -288,7 +300,11 @@ FSDD_SPECTROGRAM = SpectrogramConfig(sample_rate=8000, duration_ms=1000, n_fft=5
 
 @register_dataset("fsdd")
 def load_fsdd(
-    request: LoadRequest, *, test_takes: int = 5, spectrogram: dict[str, Any] | None = None
+    request: LoadRequest,
+    *,
+    test_takes: int = 5,
+    spectrogram: dict[str, Any] | None = None,
+    augment_test: bool = False,
 ) -> Dataset:
     """The Free Spoken Digit Dataset: `<root>/fsdd/recordings/{digit}_{speaker}_{index}.wav`,
     8 kHz mono, 6 speakers × 10 digits × 50 takes.
@@ -296,9 +312,10 @@ def load_fsdd(
     Split by the dataset's own convention (its README): takes 0–4 of every speaker and
     digit are the test set (300 clips), takes 5–49 the training set (2,700); `test_takes`
     changes the cut. Spectrograms come from the UrbanSound8K pipeline at 8 kHz, 1 s,
-    n_fft 512, hop 128: 2×64×63 (`spectrogram` overrides any key).
+    n_fft 512, hop 128: 2×64×63 (`spectrogram` overrides any key; `augment_test` as for
+    UrbanSound8K).
     """
-    cfg = spectrogram_config(FSDD_SPECTROGRAM, spectrogram)
+    cfg = spectrogram_config(FSDD_SPECTROGRAM, spectrogram, augment_test)
     base = find_files(request.root, [FSDD_DIR])
     if base is None:
         if not request.download:

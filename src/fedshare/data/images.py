@@ -136,19 +136,29 @@ def _read_npz_split(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | No
 
 
 def apply_static_augment(
-    data: Dataset, mode: str, seed: int, augmentation: Augmentation = CIFAR_AUGMENTATION
+    data: Dataset,
+    mode: str,
+    seed: int,
+    augmentation: Augmentation = CIFAR_AUGMENTATION,
+    augment_test: bool = False,
 ) -> Dataset:
     """FLea's one-off random crop/flip at load time (flea.md §4.1, §8 item 13).
 
-    `mode`: "none"; "train" (a fixed seeded crop/flip of the training set, clean test
-    images: the spec's recommendation); "all" (the test set too, as FLea's code does). The
-    augmented copy replaces per-batch augmentation, which is then switched off.
+    `mode`: "none"; "train" (a fixed seeded crop/flip of the training set); "all" (an alias
+    of "train" with `augment_test`). `augment_test` crops/flips the test set too, as FLea's
+    code does (default off: clean test images, the spec's recommendation). The augmented copy
+    replaces per-batch augmentation, which is then switched off.
     """
     if mode not in STATIC_AUGMENT:
         raise FedshareError(
             choices_message("data.static_augment value", mode, list(STATIC_AUGMENT))
         )
     if mode == "none":
+        if augment_test:
+            raise FedshareError(
+                "data.augment_test=true needs data.static_augment=train: only FLea's one-off "
+                "crop/flip is applied to the test set (batch augmentation never is)"
+            )
         return data
 
     def crop_flip(x: torch.Tensor, key: int) -> torch.Tensor:
@@ -156,7 +166,7 @@ def apply_static_augment(
         chunks = [augment_batch(c, augmentation, gen) for c in x.split(STATIC_CHUNK)]
         return torch.cat(chunks) if chunks else x
 
-    x_test = crop_flip(data.x_test, 1) if mode == "all" else data.x_test
+    x_test = crop_flip(data.x_test, 1) if mode == "all" or augment_test else data.x_test
     return replace(
         data, x_train=crop_flip(data.x_train, 0), x_test=x_test, augmentation=Augmentation()
     )
@@ -200,6 +210,7 @@ def load_cifar10(
     npz_dir: str = "cifar10_sample",
     static_augment: str = "none",
     static_augment_seed: int = 1,
+    augment_test: bool = False,
 ) -> Dataset:
     """CIFAR-10, 32×32×3, 10 classes (flea.md §4.1).
 
@@ -208,7 +219,8 @@ def load_cifar10(
     partial 4,000 / 1,000 `cifar10_sample`); "auto" takes the pickles when present, else the
     npz folder. Normalisation is FLea's; batch augmentation is random crop (padding 4) and
     horizontal flip. `static_augment` ("none" | "train" | "all") replaces it with FLea's
-    one-off seeded crop/flip at load time (see `apply_static_augment`).
+    one-off seeded crop/flip at load time; `augment_test` applies it to the test set too
+    (see `apply_static_augment`).
     """
     if source not in CIFAR10_SOURCES:
         raise FedshareError(choices_message("data.source value", source, list(CIFAR10_SOURCES)))
@@ -252,7 +264,9 @@ def load_cifar10(
         default_model="mobilenetv2_cifar",
         source=origin,
     )
-    return apply_static_augment(data, static_augment, static_augment_seed)
+    return apply_static_augment(
+        data, static_augment, static_augment_seed, augment_test=augment_test
+    )
 
 
 CIFAR100_DIR = "cifar-100-python"
@@ -266,11 +280,12 @@ def load_cifar100(
     labels: str = "fine",
     static_augment: str = "none",
     static_augment_seed: int = 1,
+    augment_test: bool = False,
 ) -> Dataset:
     """CIFAR-100 from torchvision's `<root>/cifar-100-python/` (50,000 / 10,000).
 
     `labels`: "fine" (100 classes) or "coarse" (20 superclasses). Normalisation with
-    CIFAR-100's statistics; augmentation and `static_augment` as for `cifar10`.
+    CIFAR-100's statistics; augmentation, `static_augment` and `augment_test` as for `cifar10`.
     """
     if labels not in CIFAR100_LABELS:
         raise FedshareError(choices_message("data.labels value", labels, list(CIFAR100_LABELS)))
@@ -312,4 +327,6 @@ def load_cifar100(
         augmentation=CIFAR_AUGMENTATION,
         default_model="mobilenetv2_cifar",
     )
-    return apply_static_augment(data, static_augment, static_augment_seed)
+    return apply_static_augment(
+        data, static_augment, static_augment_seed, augment_test=augment_test
+    )

@@ -10,6 +10,7 @@ from torch import nn
 
 from fedshare.models.base import HEAD, BlockModel, register_model, require_input, scaled
 
+FLEA_LAYER = 2  # FLea: after conv2, 16×16×86 (flea.md §4.2, `--layer 1`)
 # (out channels, kernel, stride, padding), flea.md Table 4 and its [code] paddings.
 LAYERS: tuple[tuple[int, int, int, int], ...] = (
     (8, 5, 2, 2),
@@ -44,4 +45,4 @@ def audionet(
         ("pool", nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())),
         (HEAD, nn.Linear(c_in, num_classes)),
     ]
-    return BlockModel(blocks, share_layer=share_layer)
+    return BlockModel(blocks, share_layer=share_layer, flea_layer=FLEA_LAYER)

@@ -25,10 +25,16 @@ class BlockModel(nn.Module):
     `encode(x, upto=l)` runs blocks [0, l); `decode(f, start=l)` runs blocks [l, end), so
     `decode(encode(x, l), l) == forward(x)` for every split point l. `features(x)` is the
     penultimate representation (the input of the head). `share_layer` is the default split
-    point for methods that share activations (FLea's l).
+    point of the methods that work on it (e.g. ReBaFL's penultimate features); `flea_layer` is
+    FLea's split, an early block (None: the model has no FLea split, e.g. `linear`).
     """
 
-    def __init__(self, blocks: Sequence[tuple[str, nn.Module]], share_layer: int = 1) -> None:
+    def __init__(
+        self,
+        blocks: Sequence[tuple[str, nn.Module]],
+        share_layer: int = 1,
+        flea_layer: int | None = None,
+    ) -> None:
         super().__init__()
         names = [name for name, _ in blocks]
         if not names or names[-1] != HEAD:
@@ -39,7 +45,10 @@ class BlockModel(nn.Module):
                 f"share_layer={share_layer} is not a split point of this model; valid: "
                 f"0..{len(names) - 1} (blocks: {', '.join(names)})"
             )
+        if flea_layer is not None and not 0 <= flea_layer < len(names):
+            raise ValueError(f"flea_layer={flea_layer} is not a split point of blocks {names}")
         self.share_layer = share_layer
+        self.flea_layer = flea_layer
         self.frozen_upto = 0
 
     @property
@@ -49,6 +58,11 @@ class BlockModel(nn.Module):
     @property
     def num_blocks(self) -> int:
         return len(self.blocks)
+
+    @property
+    def penultimate(self) -> int:
+        """The split whose activations are the head's input (`features(x)`)."""
+        return self.num_blocks - 1
 
     @property
     def head(self) -> nn.Module:

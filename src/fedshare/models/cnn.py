@@ -21,10 +21,13 @@ def cnn_small(
     channels: Sequence[int] = (32, 64),
     hidden: int = 128,
     share_layer: int = 1,
+    batchnorm: bool = False,
 ) -> BlockModel:
     """conv blocks (3×3 conv, ReLU, 2×2 max-pool) per entry of `channels`, an FC block, a head.
 
     Blocks: `conv1`, `conv2`, ..., `fc`, `head`. Needs C×H×W inputs with H, W >= 2**len(channels).
+    FLea's split (`flea_layer`) is after `conv1`. `batchnorm=True` adds BatchNorm after each conv
+    and after the FC layer, before the ReLU (FedBN's local layers; fedaa.md §5).
     """
     require_input("cnn_small", input_shape, 3, "C×H×W images")
     c, h, w = input_shape
@@ -33,16 +36,24 @@ def cnn_small(
         blocks.append(
             (
                 f"conv{i + 1}",
-                nn.Sequential(nn.Conv2d(c, out, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)),
+                nn.Sequential(
+                    nn.Conv2d(c, out, 3, padding=1),
+                    *([nn.BatchNorm2d(out)] if batchnorm else []),
+                    nn.ReLU(),
+                    nn.MaxPool2d(2),
+                ),
             )
         )
         c, h, w = out, h // 2, w // 2
     if h < 1 or w < 1:
         what = f"C×H×W images big enough for {len(channels)} pooling blocks"
         raise input_error("cnn_small", input_shape, what)
-    blocks.append(("fc", nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, hidden), nn.ReLU())))
+    fc_norm = [nn.BatchNorm1d(hidden)] if batchnorm else []
+    blocks.append(
+        ("fc", nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, hidden), *fc_norm, nn.ReLU()))
+    )
     blocks.append((HEAD, nn.Linear(hidden, num_classes)))
-    return BlockModel(blocks, share_layer=share_layer)
+    return BlockModel(blocks, share_layer=share_layer, flea_layer=1)
 
 
 @register_model("cnn_mnist")
@@ -56,7 +67,7 @@ def cnn_mnist(
 
     conv3×3-32 → ReLU | conv3×3-64 → ReLU → max-pool 2 → dropout 0.25 | flatten → FC-128 → ReLU
     → dropout 0.5 | FC head. Blocks: `conv1`, `conv2`, `fc1` (128-d features), `head`; the
-    default `share_layer` is the penultimate split (`features(x)`).
+    default `share_layer` is the penultimate split (`features(x)`); `flea_layer` is after conv1.
     """
     what = "C×H×W images of at least 6×6"
     require_input("cnn_mnist", input_shape, 3, what)
@@ -71,4 +82,5 @@ def cnn_mnist(
         ("fc1", nn.Sequential(nn.Flatten(), nn.Linear(64 * h * w, 128), nn.ReLU(), drop2)),
         (HEAD, nn.Linear(128, num_classes)),
     ]
-    return BlockModel(blocks, share_layer=len(blocks) - 1 if share_layer is None else share_layer)
+    share = len(blocks) - 1 if share_layer is None else share_layer
+    return BlockModel(blocks, share_layer=share, flea_layer=1)

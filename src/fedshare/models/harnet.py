@@ -19,6 +19,7 @@ from fedshare.models.base import (
     scaled,
 )
 
+FLEA_LAYER = 2  # FLea: after conv2, 128×20×7 (flea.md §4.2, `--layer 1`)
 # (out channels, kernel along time, stride along time), flea.md Table 6.
 LAYERS: tuple[tuple[int, int, int], ...] = ((64, 3, 3), (128, 6, 2), (256, 6, 2), (256, 6, 2))
 WHAT = "1×T×S inertial windows with T >= 64 (1×128×3 for UCI-HAR)"
@@ -46,4 +47,4 @@ def harnet(
         ("flatten", nn.Flatten()),
         (HEAD, nn.Linear(c_in * time * sensors, num_classes)),
     ]
-    return BlockModel(blocks, share_layer=share_layer)
+    return BlockModel(blocks, share_layer=share_layer, flea_layer=FLEA_LAYER)

@@ -3,7 +3,8 @@
 `lenet_fmnist` (117,066 parameters on 1×28×28): `conv1`, `conv2`, `fc1` (128-d features h),
 `head` (with bias). `lenet_cifar` (107,680 parameters on 3×32×32): `conv1`, `conv2`, `conv3`,
 `fc1` (128-d h, no activation, as in the code), `head` (no bias). ReBaFL works on h, the input
-of the head, so the default `share_layer` is the penultimate split (`features(x)`).
+of the head, so the default `share_layer` is the penultimate split (`features(x)`); FLea's
+split (`flea_layer`) is after `conv1`.
 """
 
 from collections.abc import Sequence
@@ -58,7 +59,8 @@ def lenet(
         (HEAD, nn.Linear(width_h, num_classes, bias=classifier_bias)),
     ]
     default_share = len(blocks) - 1
-    return BlockModel(blocks, default_share if share_layer is None else share_layer)
+    share = default_share if share_layer is None else share_layer
+    return BlockModel(blocks, share, flea_layer=1)  # FLea: after conv1
 
 
 @register_model("lenet_fmnist")

@@ -17,7 +17,8 @@ def mlp(
 ) -> BlockModel:
     """Flatten, then `len(hidden)` Linear+ReLU blocks (`fc1`, `fc2`, ...), then a linear head.
 
-    Default `share_layer`: after `fc1` (0, the raw input, when there are no hidden layers).
+    Default `share_layer`: after `fc1` (0, the raw input, when there are no hidden layers);
+    `flea_layer`: after `fc1` (None without hidden layers).
     """
     width = math.prod(input_shape)
     blocks: list[tuple[str, nn.Module]] = []
@@ -30,7 +31,8 @@ def mlp(
         head = nn.Sequential(nn.Flatten(), head)
     if share_layer is None:
         share_layer = min(1, len(hidden))
-    return BlockModel([*blocks, (HEAD, head)], share_layer=share_layer)
+    flea = 1 if hidden else None  # FLea: after fc1
+    return BlockModel([*blocks, (HEAD, head)], share_layer=share_layer, flea_layer=flea)
 
 
 @register_model("linear")

@@ -12,6 +12,8 @@ from torch import nn
 
 from fedshare.models.base import HEAD, BlockModel, register_model, require_input, scaled
 
+FLEA_LAYER = 2  # FLea: stem + first inverted residual, 16×32×32 (flea.md §4.2, `--layer 0`)
+
 # (expansion, out channels, repeats, stride of the first block), flea.md §4.2: the CIFAR
 # variant keeps the second stage at stride 1.
 STAGES: tuple[tuple[int, int, int, int], ...] = (
@@ -93,4 +95,4 @@ def mobilenetv2_cifar(
         ("pool", nn.Sequential(nn.AvgPool2d(4), nn.Flatten())),
         (HEAD, nn.Linear(last_channels, num_classes)),
     ]
-    return BlockModel(blocks, share_layer=share_layer)
+    return BlockModel(blocks, share_layer=share_layer, flea_layer=FLEA_LAYER)

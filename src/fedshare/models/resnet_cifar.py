@@ -80,7 +80,7 @@ def resnet20_cifar(
     $FEDSHARE_DATA or the default cache) or a path (file, or a root folder holding it). With
     `num_classes` other than 10 the backbone loads and the head stays random. `freeze` fixes
     everything but the head (a frozen feature extractor). Default `share_layer`: the 64-d
-    penultimate features.
+    penultimate features; `flea_layer`: after `layer1` (16×32×32).
     """
     require_input(
         "resnet20_cifar", input_shape, 3, "C×32×32 (CIFAR-sized) images", (None, 32, 32)
@@ -108,7 +108,8 @@ def resnet20_cifar(
         ("pool", nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())),
         (HEAD, nn.Linear(c, num_classes)),
     ]
-    model = BlockModel(blocks, len(blocks) - 1 if share_layer is None else share_layer)
+    share = len(blocks) - 1 if share_layer is None else share_layer
+    model = BlockModel(blocks, share, flea_layer=2)  # FLea: stem + layer1, 16×32×32
     for module in model.modules():
         if isinstance(module, nn.Conv2d | nn.Linear):
             nn.init.kaiming_normal_(module.weight)

@@ -1,11 +1,11 @@
 """torchvision ResNet-18/50 backbones as `BlockModel`s, with the user's weights if given.
 
 Blocks: `stem` (optional resize, conv1, bn1, ReLU, max-pool), `layer1` ... `layer4`, `pool`
-(global average + flatten: 512-d / 2048-d features), `head`. Weights come only from a local
-file (`weights: <path>` to a torchvision state dict, e.g. `resnet50-0676ba61.pth`); nothing is
-downloaded. Without weights the model is randomly initialised (a log note says so). FedPFT
-(fedpft.md §4) uses an ImageNet ResNet-50 frozen, on inputs resized to 224 with ImageNet
-mean/std: `weights=<file> freeze=true resize=224`.
+(global average + flatten: 512-d / 2048-d features), `head`; FLea's split (`flea_layer`) is
+after `layer1`. Weights come only from a local file (`weights: <path>` to a torchvision state
+dict, e.g. `resnet50-0676ba61.pth`); nothing is downloaded. Without weights the model is
+randomly initialised (a log note says so). FedPFT (fedpft.md §4) uses an ImageNet ResNet-50
+frozen, on inputs resized to 224 with ImageNet mean/std: `weights=<file> freeze=true resize=224`.
 """
 
 import logging
@@ -61,7 +61,8 @@ def wrap_resnet(
         ("pool", nn.Sequential(net.avgpool, nn.Flatten())),
         (HEAD, net.fc),
     ]
-    model = BlockModel(blocks, len(blocks) - 1 if share_layer is None else share_layer)
+    share = len(blocks) - 1 if share_layer is None else share_layer
+    model = BlockModel(blocks, share, flea_layer=2)  # FLea: stem + layer1
     if freeze:
         model.freeze()
     return model

@@ -80,7 +80,8 @@ def reconstruction_attack(
 ) -> AttackResult:
     """Train a linear decoder on (θ[:l](x), x) for `train_size` training samples; report the
     final-epoch training MSE, the MSE on `test_size` test samples and the per-epoch curve."""
-    split = getattr(model, "share_layer", None) if split is None else split
+    if split is None:  # FLea's split (the layer whose activations are shared), else share_layer
+        split = getattr(model, "flea_layer", None) or getattr(model, "share_layer", None)
     if split is None:
         raise FedshareError("the reconstruction attack needs a block model with a split point")
     gen = torch_generator(seed, "attack/reconstruction")

@@ -8,8 +8,10 @@ A round has two exchanges with the same cohort (`phases()`):
    their labels, empty in round 0). Each client mixes its local activations with buffer
    activations (β ~ Beta(a, a) per sample, soft labels, Eq. 2) and minimises (code form, §2.5)
    local_ce·CE(θ_k(x), y) + mix_ce·CE_soft(θ_k[l:](f̃), ỹ) + λ2(g)·dCor(x, θ_k[:l](x))
-   + kd·KL(θ^(t)[l:](f^F) ‖ θ_k[l:](f^F)); the server averages the weights (FedAvg, BN
-   statistics included).
+   + kd·KL(θ^(t)[l:](f^F) ‖ θ_k[l:](f^F)) with the teacher θ^(t) frozen (no gradient to it or
+   through it, also for `kd_input=mixed`); the server averages the weights (FedAvg, BN
+   statistics included). l is `split_layer`, else the model's `flea_layer` (an early block);
+   the penultimate split is refused unless `allow_penultimate_split=true`.
 2. **share**: the server sends θ^(t+1) back to the same clients; each extracts activations of
    its fixed α-subset S_k at block l (no gradient, BN in eval mode) and uploads them with their
    labels; they replace the buffer (only the last round's clients, §2.2).
@@ -94,7 +96,9 @@ class FLea(Strategy):
     share_features: bool = True
     """False: no buffer is ever built ("FLea without mix-up", §9 B17: local CE + dCor only)."""
     split_layer: int | None = None
-    """Blocks in the extractor θ[:l]; None = the model's `share_layer` (FLea's layer per model)."""
+    """Blocks in the extractor θ[:l]; None = the model's FLea split (`flea_layer`)."""
+    allow_penultimate_split: bool = False
+    """Allow l = the head's input (λ2 was tuned for early layers; there it ruins accuracy)."""
     beta_a: float = 2.0
     beta_per_sample: bool = True
     local_ce_weight: float = 1.0
@@ -143,13 +147,7 @@ class FLea(Strategy):
             raise FedshareError(
                 f"strategy 'flea' needs a block model with split points; got {type(model).__name__}"
             )
-        split = model.share_layer if self.split_layer is None else self.split_layer
-        if not 0 <= split < model.num_blocks:
-            raise FedshareError(
-                f"strategy.split_layer={split} is not a split point of this model; valid: "
-                f"0..{model.num_blocks - 1} (blocks: {', '.join(model.block_names)})"
-            )
-        self.split = split
+        self.split = self.resolve_split(model)
         self.num_classes = ctx.data.dataset.num_classes
         self.teacher = copy.deepcopy(model).requires_grad_(False)
         self.exposure = ExposureTracker(ctx.data.client_sizes)
@@ -157,6 +155,29 @@ class FLea(Strategy):
         self.buffer_owners: list[int] = []
         self.shared_dcor_history: list[float] = []
         self._positions: dict[int, torch.Tensor] = {}
+
+    def resolve_split(self, model: nn.Module) -> int:
+        """l: `split_layer`, else the model's `flea_layer`; the head's input only if allowed."""
+        names = ", ".join(model.block_names)
+        split = getattr(model, "flea_layer", None) if self.split_layer is None else self.split_layer
+        if split is None:
+            raise FedshareError(
+                f"model {type(model).__name__} (blocks: {names}) has no FLea split "
+                f"(flea_layer); set strategy.split_layer"
+            )
+        if not 0 <= split < model.num_blocks:
+            raise FedshareError(
+                f"strategy.split_layer={split} is not a split point of this model; valid: "
+                f"0..{model.num_blocks - 1} (blocks: {names})"
+            )
+        if split == model.num_blocks - 1 and not self.allow_penultimate_split:
+            raise FedshareError(
+                f"FLea split {split} is the penultimate split of this model (the input of its "
+                f"head; blocks: {names}), where λ2·dCor (λ2 tuned for the paper's early "
+                f"layers) collapses accuracy; use an earlier strategy.split_layer or set "
+                f"strategy.allow_penultimate_split=true"
+            )
+        return split
 
     def phases(self) -> list[Phase]:
         train = Phase("train", self.broadcast, self.client_update, self.aggregate)
@@ -286,16 +307,17 @@ class FLea(Strategy):
         if self.local_ce_weight:
             loss = loss + self.local_ce_weight * F.cross_entropy(model.decode(f, self.split), y)
         if self.kd_weight:
-            if self.kd_input == "buffer":
-                student = model.decode(f_buf, self.split)
-                with torch.no_grad():
-                    target = teacher.decode(f_buf, self.split)
-            else:
-                student = z_mix
-                target = teacher.decode(f_mix, self.split)
+            kd_in = f_buf if self.kd_input == "buffer" else f_mix
+            student = model.decode(f_buf, self.split) if self.kd_input == "buffer" else z_mix
+            target = self._teacher_logits(teacher, kd_in)
             kd = distillation_kl(student, target, self.kd_temperature, self.kd_direction)
             loss = loss + self.kd_weight * kd
         return loss
+
+    def _teacher_logits(self, teacher: nn.Module, f: torch.Tensor) -> torch.Tensor:
+        """The frozen teacher θ^(t)[l:](f) (Eq. 4): no gradient to θ^(t) nor through it to f."""
+        with torch.no_grad():
+            return teacher.decode(f.detach(), self.split)
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
         received: list[Update] = []
