@@ -26,8 +26,9 @@ def cnn_small(
     """conv blocks (3×3 conv, ReLU, 2×2 max-pool) per entry of `channels`, an FC block, a head.
 
     Blocks: `conv1`, `conv2`, ..., `fc`, `head`. Needs C×H×W inputs with H, W >= 2**len(channels).
-    FLea's split (`flea_layer`) is after `conv1`. `batchnorm=True` adds BatchNorm after each conv
-    and after the FC layer, before the ReLU (FedBN's local layers; fedaa.md §5).
+    FLea's split (`flea_layer`) is after `conv1`. `batchnorm=True` adds BatchNorm after each conv,
+    before the ReLU (FedBN's local layers). None after the FC layer: a BatchNorm1d there fails
+    on a last mini-batch of one sample, which small clients have.
     """
     require_input("cnn_small", input_shape, 3, "C×H×W images")
     c, h, w = input_shape
@@ -48,10 +49,7 @@ def cnn_small(
     if h < 1 or w < 1:
         what = f"C×H×W images big enough for {len(channels)} pooling blocks"
         raise input_error("cnn_small", input_shape, what)
-    fc_norm = [nn.BatchNorm1d(hidden)] if batchnorm else []
-    blocks.append(
-        ("fc", nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, hidden), *fc_norm, nn.ReLU()))
-    )
+    blocks.append(("fc", nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, hidden), nn.ReLU())))
     blocks.append((HEAD, nn.Linear(hidden, num_classes)))
     return BlockModel(blocks, share_layer=share_layer, flea_layer=1)
 

@@ -16,43 +16,54 @@ from fedshare.strategies.ensemble import Ensemble
 from fedshare.strategies.fedavg import FedAvg
 from fedshare.strategies.fedavg_ft import FedAvgFT
 from fedshare.strategies.fedbabu import FedBABU
+from fedshare.strategies.fedbn import FedBN
 from fedshare.strategies.feddata import FedData
+from fedshare.strategies.feddyn import FedDyn
 from fedshare.strategies.fedlc import FedLC
 from fedshare.strategies.fedmix import FedMix
+from fedshare.strategies.fedopt import FedAdam, FedYogi
 from fedshare.strategies.fedpft import DPFedPFT, FedPFT
 from fedshare.strategies.fedpft_chain import FedPFTChain
 from fedshare.strategies.fedprox import FedProx
 from fedshare.strategies.fedrs import FedRS
 from fedshare.strategies.flea import FLea
 from fedshare.strategies.kd import KnowledgeDistillation
+from fedshare.strategies.moon import MOON
 from fedshare.strategies.oneshot import Standalone
 from fedshare.strategies.oneshot_avg import OneShotAverage
 from fedshare.strategies.rebafl import ReBaFL
+from fedshare.strategies.scaffold import Scaffold
 from fedshare.strategies.xormixfl import MixFL, XorMixFL
 
 __all__ = [
+    "MOON",
     "STRATEGIES",
     "BSMFedAvg",
     "Centralized",
     "DPFedPFT",
     "Ensemble",
     "FLea",
+    "FedAdam",
     "FedAvg",
     "FedAvgFT",
     "FedBABU",
+    "FedBN",
     "FedData",
+    "FedDyn",
     "FedLC",
     "FedMix",
     "FedPFT",
     "FedPFTChain",
     "FedProx",
     "FedRS",
+    "FedYogi",
     "KnowledgeDistillation",
     "Message",
     "MixFL",
     "OneShotAverage",
     "Phase",
     "ReBaFL",
+    "Scaffold",
     "SetupContext",
     "Standalone",
     "Strategy",

@@ -1,4 +1,9 @@
-"""FedProx (Li et al., 2020): FedAvg with a proximal term mu/2·||w − w_g||² in the local loss."""
+"""FedProx (Li et al., 2020): FedAvg with a proximal term mu/2·||w − w_g||² in the local loss.
+
+`norm: plain` is the form of FLea's code (flea.md §5 and §7 item 24): (mu/2)·Σ_tensors
+‖w_t − w_g,t‖₂, a non-squared L2 norm per parameter tensor, summed over tensors (its scripts use
+mu = 0.001). The default `squared` is the paper's term.
+"""
 
 from dataclasses import dataclass
 
@@ -11,18 +16,42 @@ from fedshare.strategies._local import train_local
 from fedshare.strategies.base import Message, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
+NORMS = ("squared", "plain")
+
+
+def add_proximal_grad_(
+    params: list[torch.Tensor], anchor: list[torch.Tensor], mu: float, norm: str = "squared"
+) -> None:
+    """Add the gradient of the proximal penalty to `params`' gradients, in place: mu·(w − w_g)
+    for mu/2·||w − w_g||² (`squared`); (mu/2)·(w_t − w_g,t)/‖w_t − w_g,t‖ per tensor for
+    (mu/2)·Σ_t ‖w_t − w_g,t‖ (`plain`; 0 where a tensor equals its anchor, torch's subgradient)."""
+    used = [i for i, p in enumerate(params) if p.grad is not None]
+    grads = [params[i].grad for i in used]
+    drift = torch._foreach_sub([params[i] for i in used], [anchor[i] for i in used])
+    if norm == "squared":
+        torch._foreach_add_(grads, drift, alpha=mu)
+        return
+    norms = torch._foreach_norm(drift)
+    scales = [mu / 2 / torch.where(n > 0, n, torch.ones_like(n)) for n in norms]
+    torch._foreach_add_(grads, torch._foreach_mul(drift, scales))
+
 
 @register_strategy("fedprox")
 @dataclass
 class FedProx(FedAvg):
-    """The proximal gradient mu·(w − w_g) is added to each parameter's gradient after backward,
-    which equals differentiating mu/2·||w − w_g||² without building it into the graph."""
+    """The proximal gradient (`add_proximal_grad_`) is added to each parameter's gradient after
+    backward, which equals differentiating the penalty without building it into the graph."""
 
     mu: float = 0.01
+    norm: str = "squared"
 
     def __post_init__(self) -> None:
         if self.mu < 0:
             raise FedshareError(f"strategy.mu={self.mu} must be >= 0 (0 is FedAvg)")
+        if self.norm not in NORMS:
+            raise FedshareError(
+                f"strategy.norm={self.norm!r} is not a FedProx norm; valid: {', '.join(NORMS)}"
+            )
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
@@ -30,10 +59,7 @@ class FedProx(FedAvg):
         anchor = [p.detach().clone() for p in params]
 
         def proximal(_: nn.Module) -> None:
-            used = [i for i, p in enumerate(params) if p.grad is not None]
-            grads = [params[i].grad for i in used]
-            drift = torch._foreach_sub([params[i] for i in used], [anchor[i] for i in used])
-            torch._foreach_add_(grads, drift, alpha=self.mu)
+            add_proximal_grad_(params, anchor, self.mu, self.norm)
 
         loss = train_local(client, model, grad_hook=proximal)
         return Update(

@@ -1,0 +1,109 @@
+"""FedBN (Li et al., ICLR 2021, "FedBN: Federated Learning on Non-IID Features via Local Batch
+Normalization"): BatchNorm layers stay local. Spec: shared/specs/fedaa.md §5 (FedAA's baseline).
+
+Each client keeps its own BatchNorm state (weight, bias, running mean and variance of every BN
+layer) in `client.state["bn"]`; the server broadcasts, and the clients upload, only the non-BN
+entries, whose sample-weighted mean is the next global model. A client's first participation
+starts from the BN state of the initial (round-0) model, as every FedBN client starts from the
+same initialisation. A model without BN layers gives FedAvg exactly.
+
+Evaluation on the global test set (the paper evaluates personalised models only; fedaa.md §5
+recommends this choice): the global model is the averaged non-BN weights plus the n_k-weighted
+mean of the BN states that this round's participants hold after training. That mean is
+bookkeeping of the simulator for evaluation, not traffic: it is neither in the upload nor
+counted in `bytes_up` (a deployment would need one extra BN upload per client to build it).
+`eval.personal=true` scores the FedBN model proper: the global non-BN weights with each client's
+own BN state (`personal_model`).
+"""
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from fedshare.engine.aggregation import RunningMean
+from fedshare.engine.client import Client
+from fedshare.strategies._local import train_local
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
+from fedshare.strategies.fedavg import FedAvg
+
+BN_ENTRIES = ("weight", "bias", "running_mean", "running_var")
+
+
+def batchnorm_mask(model: nn.Module, names: list[str], sizes: list[int]) -> torch.Tensor:
+    """Boolean mask over a flat state (entries `names` of sizes `sizes`): True on BN entries."""
+    prefixes = {
+        f"{name}."
+        for name, m in model.named_modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+    }
+    parts = []
+    for name, n in zip(names, sizes, strict=True):
+        prefix, _, leaf = name.rpartition(".")
+        is_bn = f"{prefix}." in prefixes and leaf in BN_ENTRIES
+        parts.append(torch.full((n,), is_bn, dtype=torch.bool))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.bool)
+
+
+@register_strategy("fedbn")
+@dataclass
+class FedBN(FedAvg):
+    """Local BN (client.state["bn"]); the non-BN weights are averaged as in FedAvg."""
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        self.bn_mask = batchnorm_mask(ctx.model, self.flat.names, self.flat.sizes).to(ctx.device)
+        self.shared_mask = ~self.bn_mask
+        self.initial_bn = self.flat.flatten(ctx.model)[self.bn_mask].clone()
+        self._bn_mean = RunningMean()
+        self._personal: nn.Module | None = None
+
+    @property
+    def has_bn(self) -> bool:
+        return bool(self.bn_mask.any())
+
+    def broadcast(self, round_idx: int) -> Message:
+        return Message(weights=self.flat.flatten(self.model)[self.shared_mask])
+
+    def compose(self, shared: torch.Tensor, bn: torch.Tensor) -> torch.Tensor:
+        """The full flat state from the non-BN entries `shared` and the BN entries `bn`."""
+        full = torch.empty(self.flat.numel, device=shared.device, dtype=shared.dtype)
+        full[self.shared_mask] = shared
+        full[self.bn_mask] = bn.to(full.device)
+        return full
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        bn = client.state.get("bn", self.initial_bn)
+        model = self.load_weights(client.model, self.compose(message.weights, bn))
+        loss = train_local(client, model)
+        flat = self.flat.flatten(model)
+        if self.has_bn:
+            client.state["bn"] = flat[self.bn_mask].clone()
+            self._bn_mean.add(client.state["bn"], client.num_samples)
+        return Update(
+            client.id,
+            client.num_samples,
+            weights=flat[self.shared_mask],
+            metrics={"train_loss": loss},
+        )
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        shared = self.average_weights(updates)
+        if self.has_bn:
+            bn = self._bn_mean.value()
+            self._bn_mean = RunningMean()
+        else:
+            bn = shared.new_zeros(0)
+        self.load_weights(self.model, self.compose(shared, bn))
+
+    def personal_model(self, client_id: int, state: Mapping[str, torch.Tensor]) -> nn.Module:
+        """The global non-BN weights with client `client_id`'s own BN state."""
+        if not self.has_bn:
+            return self.global_model()
+        if self._personal is None:
+            self._personal = copy.deepcopy(self.model)
+        flat = self.flat.flatten(self.model)
+        bn = state.get("bn", self.initial_bn)
+        return self.load_weights(self._personal, self.compose(flat[self.shared_mask], bn))

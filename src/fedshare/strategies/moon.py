@@ -1,0 +1,145 @@
+"""MOON (Li, He & Song, CVPR 2021, "Model-Contrastive Federated Learning").
+
+Local loss: CE + μ·ℓ_con with, for each sample's representation z,
+
+    ℓ_con = −log( exp(sim(z, z_glob)/τ) / (exp(sim(z, z_glob)/τ) + exp(sim(z, z_prev)/τ)) )
+
+sim = cosine similarity; z_glob comes from the received global model (frozen) and z_prev from
+the client's own local model of its previous participation (frozen), kept as a flat vector in
+`client.state["prev"]` (stored off-device by the engine and checkpointed; updated only when the
+client participates, rebafl.md §7 item 18). At a client's first participation there is no
+previous model and the global model stands in (z_prev = z_glob): ℓ_con is then the constant
+log 2 with zero gradient, the same as MOON's code, whose empty model pool gives the first round
+no negative and no contrastive gradient.
+
+Representation z: with `projection_dim=0` (default) the penultimate features `features(x)` (the
+head's input; fedaa.md §5 recommends F's output). With `projection_dim=p > 0` a projection MLP
+(Linear d→d, ReLU, Linear d→p, MOON's code) maps the features to z. The projection head is
+trained and averaged with the model (its weights travel in the same flat weight vector and are
+checkpointed) but, unlike MOON's code, the classifier stays on the features, so the evaluated
+model is the dataset's model unchanged. Defaults: μ = 1, τ = 0.5 (MOON's published settings;
+rebafl.md §5 uses μ = 1, τ = 0.5; fedaa.md §5: μ = 5 for CIFAR-10, 1 for CIFAR-100).
+μ = 0 gives FedAvg exactly.
+"""
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.engine.client import Client
+from fedshare.engine.flat import FlatState
+from fedshare.errors import FedshareError
+from fedshare.models.base import require_body
+from fedshare.strategies._local import train_local
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
+from fedshare.strategies.fedavg import FedAvg
+
+
+class MoonNet(nn.Module):
+    """A block model and its optional projection head; `forward` gives (logits, z)."""
+
+    def __init__(self, model: nn.Module, projection: nn.Module | None) -> None:
+        super().__init__()
+        self.model = model
+        self.projection = projection
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = self.model.features(x)
+        z = f if self.projection is None else self.projection(f)
+        return self.model.head(f), z
+
+
+def contrastive_loss(
+    z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float
+) -> torch.Tensor:
+    """MOON's ℓ_con, averaged over the batch (positive: z_glob, negative: z_prev)."""
+    z = z.flatten(1)
+    pos = F.cosine_similarity(z, z_glob.flatten(1), dim=1)
+    neg = F.cosine_similarity(z, z_prev.flatten(1), dim=1)
+    logits = torch.stack([pos, neg], dim=1) / tau
+    return F.cross_entropy(logits, torch.zeros(len(z), dtype=torch.long, device=z.device))
+
+
+@register_strategy("moon")
+@dataclass
+class MOON(FedAvg):
+    """CE + μ·ℓ_con against the global (positive) and previous local (negative) model."""
+
+    mu: float = 1.0
+    tau: float = 0.5
+    projection_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mu < 0:
+            raise FedshareError(f"strategy.mu={self.mu} must be >= 0 (0 is FedAvg)")
+        if self.tau <= 0:
+            raise FedshareError(f"strategy.tau={self.tau} must be > 0 (the temperature)")
+        if self.projection_dim < 0:
+            raise FedshareError(
+                f"strategy.projection_dim={self.projection_dim} must be >= 0 (0: no projection)"
+            )
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        require_body(ctx.model, "moon")
+        projection = None
+        if self.projection_dim:
+            d = ctx.model.head.in_features if isinstance(ctx.model.head, nn.Linear) else None
+            if d is None:
+                raise FedshareError("strategy.projection_dim needs a model whose head is a Linear")
+            projection = nn.Sequential(
+                nn.Linear(d, d), nn.ReLU(), nn.Linear(d, self.projection_dim)
+            ).to(ctx.device)
+        self.net = MoonNet(ctx.model, projection)
+        self.flat = FlatState(self.net)  # == FlatState(model) without a projection head
+        frozen = copy.deepcopy(self.net).requires_grad_(False).eval()
+        self._global_net, self._prev_net = frozen, copy.deepcopy(frozen)
+        self._worker_proj = copy.deepcopy(projection)
+        self._worker: MoonNet | None = None
+
+    def worker(self, client: Client) -> MoonNet:
+        """The engine's worker model with the strategy's worker projection head (no copy)."""
+        if self._worker is None or self._worker.model is not client.model:
+            self._worker = MoonNet(client.model, self._worker_proj)
+        return self._worker
+
+    def broadcast(self, round_idx: int) -> Message:
+        return Message(weights=self.flat.flatten(self.net))
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        net = self.load_weights(self.worker(client), message.weights)
+        glob = self.load_weights(self._global_net, message.weights)
+        prev = self.load_weights(self._prev_net, client.state.get("prev", message.weights))
+
+        def loss_fn(_: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            logits, z = net(x)
+            with torch.no_grad():
+                z_glob = glob(x)[1]
+                z_prev = prev(x)[1]
+            return F.cross_entropy(logits, y) + self.mu * contrastive_loss(
+                z, z_glob, z_prev, self.tau
+            )
+
+        loss = train_local(client, net, loss_fn=loss_fn)
+        weights = self.flat.flatten(net)
+        client.state["prev"] = weights.clone()
+        return Update(client.id, client.num_samples, weights=weights, metrics={"train_loss": loss})
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        self.load_weights(self.net, self.average_weights(updates))
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.net.projection is not None:
+            state["projection"] = self.net.projection.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.net.projection is not None:
+            self.net.projection.load_state_dict(state["projection"])

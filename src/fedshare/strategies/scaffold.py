@@ -1,0 +1,122 @@
+"""SCAFFOLD (Karimireddy et al., ICML 2020), option II: control variates correct client drift.
+
+The server keeps the global model x and the control variate c; client i keeps its own c_i in
+`client.state` (the strategy object is the server and holds nothing per client). One round:
+
+* broadcast: x as weights and c as a payload tensor (counted in `bytes_down` and, being a
+  non-weight tensor, in `bytes_shared`);
+* local steps on the corrected gradient g − c_i + c (after optional clipping of g);
+* option II: c_i+ = c_i − c + (x − y_i)/(K·η), K the local steps taken, η the round's lr;
+* upload: y_i as weights (the server knows x, so this is Δy_i = y_i − x at the same cost) and
+  Δc_i = c_i+ − c_i as a payload; with c that doubles the traffic of FedAvg both ways;
+* server: x += lr_global · mean_S(Δy_i) (weighted by samples, as FedAvg), and
+  c += Σ_S (n_i/n)·Δc_i (n = all clients' samples): the paper's (|S|/N)·mean_S(Δc_i) for equal
+  client sizes, and c stays the n_i-weighted mean of every c_i for unequal ones.
+
+ReBaFL's baseline settings (shared/specs/rebafl.md §6): server lr 1, gradient clipping at norm
+10, and c incremented by the mean Δc_i without the |S|/N factor (`scale_c_by_fraction=false`).
+ReBaFL's code subtracts lr·(c − c_i) after each SGD step; here the correction enters the
+gradient (the paper's form), which is the same for momentum-free SGD.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from fedshare.engine.aggregation import RunningMean
+from fedshare.engine.client import Client
+from fedshare.errors import FedshareError
+from fedshare.strategies._local import train_local
+from fedshare.strategies._param_vector import ParamVector
+from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
+
+
+@register_strategy("scaffold")
+@dataclass
+class Scaffold(Strategy):
+    """SCAFFOLD with option II control-variate updates; c and c_i cover the trainable
+    parameters (buffers such as BatchNorm statistics are averaged as in FedAvg)."""
+
+    train_defaults: ClassVar[Mapping[str, Any]] = {"momentum": 0.0}
+    """Option II's control variates assume plain SGD steps: with momentum 0.9 (the digits
+    default) the run diverged in round 8 (docs/baselines.md)."""
+
+    lr_global: float = 1.0
+    update_controls: bool = True
+    scale_c_by_fraction: bool = True
+    clip_norm: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.lr_global <= 0:
+            raise FedshareError(f"strategy.lr_global={self.lr_global} must be > 0")
+        if self.clip_norm < 0:
+            raise FedshareError(f"strategy.clip_norm={self.clip_norm} must be >= 0 (0 = off)")
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        self.pv = ParamVector(ctx.model, self.flat)
+        self.c = torch.zeros(self.pv.numel, device=ctx.device)
+
+    def broadcast(self, round_idx: int) -> Message:
+        return Message(weights=self.flat.flatten(self.model), payload={"c": self.c})
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        model = self.load_weights(client.model, message.weights)
+        params = self.pv.params(model)
+        c = message.payload["c"]
+        c_i = client.state.get("c", torch.zeros_like(c))
+        correction = c - c_i
+        steps = 0
+
+        def corrected(_: nn.Module) -> None:
+            nonlocal steps
+            steps += 1
+            if self.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, self.clip_norm)
+            self.pv.add_to_grads(params, correction)
+
+        loss = train_local(client, model, grad_hook=corrected)
+        y = self.flat.flatten(model)
+        if self.update_controls and steps > 0:
+            drift = self.pv.of(message.weights) - self.pv.of(y)
+            c_new = c_i - c + drift / (steps * client.lr)
+        else:
+            c_new = c_i
+        client.state["c"] = c_new
+        return Update(
+            client.id,
+            client.num_samples,
+            weights=y,
+            payload={"delta_c": c_new - c_i},
+            metrics={"train_loss": loss},
+        )
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        x = self.flat.flatten(self.model)
+        ys = RunningMean()
+        delta_c = torch.zeros_like(self.c)
+        for update in updates:
+            ys.add(update.weights, update.aggregation_weight)
+            update.weights = None
+            delta_c.add_(update.payload["delta_c"], alpha=update.aggregation_weight)
+        if ys.empty:
+            return
+        y_mean = ys.value()
+        # lr_global = 1 takes the mean itself (x + (ȳ − x) would differ from FedAvg by rounding)
+        new = y_mean if self.lr_global == 1.0 else x + self.lr_global * (y_mean - x)
+        self.load_weights(self.model, new)
+        if self.update_controls:
+            # c stays the n_i-weighted mean of every c_i: Σ_S (n_i/n)·Δc_i, which is
+            # (|S|/N)·mean_S(Δc_i) for equal client sizes; else the cohort's weighted mean
+            total = sum(self.data.client_sizes) if self.scale_c_by_fraction else ys.total_weight
+            self.c += delta_c / total
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "c": self.c.cpu()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.c = state["c"].to(self.device)

@@ -1,0 +1,240 @@
+"""MOON, FedBN, FedAdam/FedYogi and FedProx's plain norm: unit properties, client state through
+a resume, and small real-data runs on digits (docs/baselines.md)."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from fedshare import simulate
+from fedshare.api import init_model
+from fedshare.config import TrainConfig
+from fedshare.engine.client import Client
+from fedshare.strategies import MOON, FedAdam, FedAvg, FedBN, FedProx, FedYogi
+from fedshare.strategies.base import SetupContext, Update
+from fedshare.strategies.fedbn import batchnorm_mask
+from fedshare.strategies.fedprox import add_proximal_grad_
+from fedshare.strategies.moon import contrastive_loss
+from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def run(strategy, data=None, model="cnn_small", rounds=3, tmp=None, resume=False, seed=0, frac=0.5):
+    return simulate(
+        strategy,
+        data or digits_federation("iid", 6),
+        model,
+        rounds=rounds,
+        seed=seed,
+        train=DIGITS_TRAIN,
+        clients={"fraction": frac},
+        run_dir=tmp,
+        resume=resume,
+    )
+
+
+def bn_cnn(data, seed=0):
+    """cnn_small with BatchNorm after each conv, initialised from `seed` as a run does."""
+    return init_model("cnn_small", data, seed, {"batchnorm": True})
+
+
+# ---------------------------------------------------------------------------------- MOON
+def test_moon_contrastive_loss_is_the_papers_formula():
+    g = torch.Generator().manual_seed(0)
+    z, zg, zp = (torch.randn(5, 7, generator=g) for _ in range(3))
+    tau = 0.5
+    cos = nn.functional.cosine_similarity
+    pos, neg = torch.exp(cos(z, zg) / tau), torch.exp(cos(z, zp) / tau)
+    expected = (-torch.log(pos / (pos + neg))).mean()
+    torch.testing.assert_close(contrastive_loss(z, zg, zp, tau), expected)
+    # first participation: the previous model is the global one, the loss the constant log 2
+    z.requires_grad_(True)
+    loss = contrastive_loss(z, zg, zg, tau)
+    loss.backward()
+    assert loss.item() == pytest.approx(math.log(2))
+    assert z.grad.abs().max() < 1e-7
+
+
+def test_moon_with_mu_zero_is_fedavg_exactly():
+    moon, avg = run(MOON(mu=0.0)), run(FedAvg())
+    assert without_wall_time(moon.history) == without_wall_time(avg.history)
+
+
+def test_moon_changes_training_when_mu_is_positive():
+    assert run(MOON(mu=5.0), rounds=3).history[-1] != run(FedAvg(), rounds=3).history[-1]
+
+
+@pytest.mark.parametrize("projection_dim", [0, 16])
+def test_moon_previous_model_is_client_state_and_survives_a_resume(tmp_path, projection_dim):
+    full = run(MOON(mu=5.0, projection_dim=projection_dim), rounds=4, tmp=tmp_path / "full")
+    run(MOON(mu=5.0, projection_dim=projection_dim), rounds=2, tmp=tmp_path / "cut")
+    resumed = run(
+        MOON(mu=5.0, projection_dim=projection_dim), rounds=4, tmp=tmp_path / "cut", resume=True
+    )
+    assert without_wall_time(resumed.history) == without_wall_time(full.history)
+    # each client that took part holds one float32 copy of its last local model (+ projection)
+    per_client = full.strategy.flat.numel * 4
+    held = full.summary["client_state_bytes"]
+    assert held % per_client == 0 and 3 <= held // per_client <= 6
+    model_numel = sum(p.numel() for p in full.strategy.model.parameters())
+    extra = 0 if projection_dim == 0 else 128 * 128 + 128 + 128 * 16 + 16
+    assert full.strategy.flat.numel == model_numel + extra
+
+
+# ---------------------------------------------------------------------------------- FedBN
+def test_fedbn_without_batchnorm_is_fedavg_exactly():
+    bn, avg = run(FedBN()), run(FedAvg())
+    assert without_wall_time(bn.history) == without_wall_time(avg.history)
+    assert bn.summary["client_state_bytes"] == 0
+
+
+def client_of(strategy, data, model, cid, round_idx=0):
+    return Client(
+        cid,
+        round_idx,
+        data.client_indices[cid],
+        data.dataset,
+        model,
+        TrainConfig(**DIGITS_TRAIN),
+        0,
+        state={},
+    )
+
+
+def test_fedbn_keeps_batchnorm_local_per_client_and_never_uploads_it():
+    data = digits_federation({"name": "dirichlet", "alpha": 0.1}, 4)
+    model = bn_cnn(data)
+    strategy = FedBN()
+    strategy.setup(SetupContext(model, data, None, torch.device("cpu")))
+    mask = batchnorm_mask(model, strategy.flat.names, strategy.flat.sizes)
+    bn_numel = 4 * (32 + 64)  # weight, bias, running mean, running var per channel
+    assert int(mask.sum()) == bn_numel
+    worker = bn_cnn(data, seed=1)
+    message = strategy.broadcast(0)
+    assert message.weights.numel() == strategy.flat.numel - bn_numel
+    clients = [client_of(strategy, data, worker, cid) for cid in (0, 1)]
+    updates = [strategy.client_update(c, message) for c in clients]
+    assert all(u.weights.numel() == strategy.flat.numel - bn_numel for u in updates)
+    assert all(c.state["bn"].numel() == bn_numel for c in clients)
+    assert not torch.equal(clients[0].state["bn"], clients[1].state["bn"])
+    # the evaluation model's BN: the sample-weighted mean of the participants' BN states
+    strategy.aggregate(iter(updates), 0)
+    n0, n1 = (c.num_samples for c in clients)
+    mean_bn = (clients[0].state["bn"] * n0 + clients[1].state["bn"] * n1) / (n0 + n1)
+    torch.testing.assert_close(strategy.flat.flatten(model)[strategy.bn_mask], mean_bn)
+    # the next round starts each client from its own BN, and the personal model carries it
+    again = client_of(strategy, data, worker, 0, round_idx=1)
+    again.state = {"bn": clients[0].state["bn"].clone()}
+    before = again.state["bn"]
+    strategy.client_update(again, strategy.broadcast(1))
+    assert not torch.equal(again.state["bn"], before)  # trained further from its own BN
+    personal = strategy.personal_model(1, {"bn": clients[1].state["bn"]})
+    torch.testing.assert_close(
+        strategy.flat.flatten(personal)[strategy.bn_mask], clients[1].state["bn"]
+    )
+
+
+# ---------------------------------------------------------------------------------- FedOpt
+def tiny_setup(strategy):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    strategy.setup(SetupContext(model, None, None, torch.device("cpu")))
+    return model
+
+
+@pytest.mark.parametrize("cls", [FedAdam, FedYogi])
+def test_fedopt_two_server_steps_equal_a_hand_computation(cls):
+    strategy = cls(eta=0.1, beta1=0.9, beta2=0.99, tau=1e-3, v0=1e-6)
+    model = tiny_setup(strategy)
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    is_param = strategy.param_mask
+    assert int(is_param.sum()) == params.numel() == 2 * 3 + 3 + 3 + 3
+    m, v = torch.zeros(params.numel()), torch.full((params.numel(),), 1e-6)
+    g = torch.Generator().manual_seed(1)
+    for step in range(2):
+        x = strategy.flat.flatten(model)
+        y1, y2 = (x + torch.randn(x.shape, generator=g) for _ in range(2))
+        updates = [Update(0, 10, weights=y1), Update(1, 30, weights=y2)]
+        mean = (10 * y1 + 30 * y2) / 40
+        strategy.aggregate(iter(updates), step)
+        delta = (mean - x)[is_param]
+        m = 0.9 * m + 0.1 * delta
+        if cls is FedAdam:
+            v = 0.99 * v + 0.01 * delta**2
+        else:
+            v = v - 0.01 * delta**2 * torch.sign(v - delta**2)
+        expected = mean.clone()  # BN running statistics: the plain mean
+        expected[is_param] = x[is_param] + 0.1 * m / (v.sqrt() + 1e-3)
+        torch.testing.assert_close(strategy.flat.flatten(model), expected)
+    torch.testing.assert_close(strategy.state_dict()["v"], v)
+
+
+def test_fedadam_without_moments_is_a_sign_step():
+    """β1 = β2 = τ = 0: m = Δ, v = Δ², so x ← x + η·sign(Δ) on every parameter."""
+    strategy = FedAdam(eta=0.05, beta1=0.0, beta2=0.0, tau=0.0)
+    model = tiny_setup(strategy)
+    x = strategy.flat.flatten(model)
+    y = x + torch.linspace(-1, 1, x.numel()).roll(1) + 1e-3
+    strategy.aggregate(iter([Update(0, 1, weights=y)]), 0)
+    mask = strategy.param_mask
+    torch.testing.assert_close(
+        strategy.flat.flatten(model)[mask], x[mask] + 0.05 * torch.sign((y - x)[mask])
+    )
+
+
+def test_fedyogi_state_survives_a_resume(tmp_path):
+    full = run(FedYogi(eta=0.03), rounds=4, tmp=tmp_path / "full")
+    run(FedYogi(eta=0.03), rounds=2, tmp=tmp_path / "cut")
+    resumed = run(FedYogi(eta=0.03), rounds=4, tmp=tmp_path / "cut", resume=True)
+    assert without_wall_time(resumed.history) == without_wall_time(full.history)
+
+
+# ---------------------------------------------------------------------------------- FedProx
+@pytest.mark.parametrize("norm", ["squared", "plain"])
+def test_fedprox_hook_is_the_gradient_of_its_penalty(norm):
+    g = torch.Generator().manual_seed(0)
+    params = [torch.randn(3, 4, generator=g, requires_grad=True), torch.randn(5, generator=g)]
+    params[1].requires_grad_(True)
+    anchor = [p.detach() + 0.3 * torch.randn(p.shape, generator=g) for p in params]
+    mu = 0.1
+    if norm == "squared":
+        penalty = mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
+    else:
+        penalty = mu / 2 * sum((p - a).norm() for p, a in zip(params, anchor, strict=True))
+    expected = torch.autograd.grad(penalty, params)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    add_proximal_grad_(params, anchor, mu, norm)
+    for p, e in zip(params, expected, strict=True):
+        torch.testing.assert_close(p.grad, e)
+
+
+def test_fedprox_rejects_an_unknown_norm():
+    with pytest.raises(Exception, match="not a FedProx norm"):
+        FedProx(norm="l1")
+
+
+# ---------------------------------------------------------------------------------- real data
+REAL = {
+    "moon": (MOON, "cnn_small"),
+    "fedbn": (FedBN, "bn"),
+    "fedadam": (FedAdam, "cnn_small"),
+    "fedyogi": (FedYogi, "cnn_small"),
+    "fedprox_plain": (lambda: FedProx(mu=0.001, norm="plain"), "cnn_small"),
+}
+
+
+@pytest.mark.parametrize("name", list(REAL))
+def test_digits_dirichlet_runs_learn(name):
+    """Digits, 10 clients (all every round), Dirichlet 0.1, 10 rounds, seeds 0 and 1, the
+    configs' defaults (measured final accuracies in docs/baselines.md: 43-72 %
+    against 10 % chance)."""
+    make, model_name = REAL[name]
+    for seed in (0, 1):
+        data = digits_federation({"name": "dirichlet", "alpha": 0.1}, 10, seed=seed)
+        model = bn_cnn(data, seed) if model_name == "bn" else init_model(model_name, data, seed)
+        result = run(make(), data, model, rounds=10, seed=seed, frac=1.0)
+        assert all(math.isfinite(r["train_loss"]) for r in result.history)
+        assert result.final_accuracy > 30.0, (name, seed, result.final_accuracy)
