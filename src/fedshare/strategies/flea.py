@@ -43,6 +43,7 @@ from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.losses import KD_DIRECTIONS, distillation_kl, soft_cross_entropy
 from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
+from fedshare.models.base import require_body
 from fedshare.privacy.dcor import VARIANTS, distance_correlation, mean_distance_correlation
 from fedshare.privacy.exposure import ExposureTracker
 from fedshare.strategies._local import finite_mean
@@ -158,6 +159,7 @@ class FLea(Strategy):
 
     def resolve_split(self, model: nn.Module) -> int:
         """l: `split_layer`, else the model's `flea_layer`; the head's input only if allowed."""
+        require_body(model, self.name)
         names = ", ".join(model.block_names)
         split = getattr(model, "flea_layer", None) if self.split_layer is None else self.split_layer
         if split is None:
