@@ -172,7 +172,7 @@ def test_penultimate_split_is_refused_unless_allowed(digits20):
     one_hidden = build_model("mlp", (1, 8, 8), 10, {"hidden": [16]})  # its flea_layer = head input
     with pytest.raises(FedshareError, match="penultimate"):
         make_strategy("flea").resolve_split(one_hidden)
-    with pytest.raises(FedshareError, match="has no FLea split"):
+    with pytest.raises(FedshareError, match="needs a model with a feature extractor"):
         make_strategy("flea").resolve_split(build_model("linear", (12,), 5))
 
 
