@@ -132,7 +132,8 @@ def test_baseline_bytes(mixture_data):
         s = run(name, {}, fed).summary
         assert (s["bytes_up"], s["bytes_shared"]) == (3 * head, 0)
     s = run("kd", {"temperatures": [2.0]}, fed).summary  # two sources send, the destination not
-    assert (s["bytes_up"], s["bytes_shared"]) == (2 * head, 0)
+    # the sources' heads go straight to the destination: peer traffic, nothing to a server
+    assert (s["bytes_peer"], s["bytes_up"], s["bytes_shared"]) == (2 * head, 0, 0)
     s = run("centralized", {}, fed).summary  # raw float16 features + uint8 labels
     assert s["bytes_shared"] == raw_feature_bytes(600, 8) + 600
     dp = run("dp_fedpft", {}, fed).summary  # spherical K=1: d + 2 numbers per pair
@@ -251,6 +252,9 @@ def test_chain_hops_and_destination_head(digits64):
     record = result.history[-1]
     sent = pairs_sent(fed, 2)[0]
     assert result.summary["bytes_shared"] == gmm_bytes(64, 2, len(sent), "diag") + 8 * len(sent)
+    # one hop, client to client: no server sees it
+    assert result.summary["bytes_peer"] == result.summary["bytes_shared"]
+    assert result.summary["bytes_up"] == 0
     assert record["hop_params"][1] == 0
     assert record["chain_accuracy"][-1] == pytest.approx(result.final_accuracy, abs=1e-3)
     assert max(record["local_accuracy"]) < 55  # half the classes alone

@@ -308,7 +308,7 @@ def test_fedmix_shares_means_once_with_full_exposure(digits20):
     strat = result.strategy
     sizes = data.client_sizes
     assert strat.pool_size == sum(n // 10 for n in sizes)
-    groups = strat.groups(3)
+    groups = strat.server_groups(3)
     x, _ = data.dataset.train_batch(data.client_indices[3][groups.flatten()])
     start = sum(n // 10 for n in sizes[:3])
     means = strat.pool["means"][start : start + groups.shape[0]]
@@ -331,9 +331,14 @@ def test_feddata_pool_is_appended_to_every_client(digits20):
     result = run("feddata", data, rounds=2, params={"share_fraction": 0.05})
     strat = result.strategy
     sizes = data.client_sizes
-    assert strat.pool_size == len(strat.pool_indices) == sum(int(0.05 * n) for n in sizes)
-    assert torch.equal(strat.pool["labels"], data.dataset.y_train[strat.pool_indices])
-    assert torch.equal(strat.pool["samples"], data.dataset.x_train[strat.pool_indices])
+    shared = torch.cat(
+        [data.client_indices[c][strat.shared_positions(c)] for c in strat.pool_owners]
+    )
+    assert strat.pool_size == len(shared) == sum(int(0.05 * n) for n in sizes)
+    assert torch.equal(strat.pool["labels"], data.dataset.y_train[shared])
+    assert torch.equal(strat.pool["samples"], data.dataset.x_train[shared])
+    # every client keeps the pool it received; the simulation stores it once
+    assert result.summary["client_state_bytes"] == _payload_bytes(strat.pool)
     assert result.summary["exposure_pairs"] == 1.0
     assert result.summary["exposure_data_mean"] == pytest.approx(
         np.mean([int(0.05 * n) / n for n in sizes])

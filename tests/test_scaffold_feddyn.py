@@ -2,15 +2,16 @@
 SCAFFOLD without control updates equals FedAvg, client state kept and checkpointed, and a
 small real-data comparison on digits with a pathological 2-class split."""
 
+from collections.abc import Iterable, Iterator
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fedshare import simulate
-from fedshare.engine.client import Client
 from fedshare.strategies import FedAvg, FedDyn, Scaffold
-from fedshare.strategies.base import Message, Update
+from fedshare.strategies.base import Update
 from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -139,13 +140,17 @@ def run(strategy, tmp=None, rounds=4, resume=False):
 def test_client_state_is_kept_checkpointed_and_resumed_exactly(tmp_path, make):
     strategy = make()
     seen: set[int] = set()
-    own_update = strategy.client_update
+    own_aggregate = strategy.aggregate
 
-    def recording(client: Client, message: Message) -> Update:
-        seen.add(client.id)
-        return own_update(client, message)
+    def recording(updates: Iterable[Update], round_idx: int) -> None:
+        def noting() -> Iterator[Update]:
+            for update in updates:
+                seen.add(update.client_id)
+                yield update
 
-    strategy.client_update = recording
+        own_aggregate(noting(), round_idx)
+
+    strategy.aggregate = recording
     full = run(strategy, tmp_path / "full")
     assert 2 <= len(seen) < 10  # some clients never took part and hold no state
     expected = len(seen) * param_bytes(full.strategy.model)

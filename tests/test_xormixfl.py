@@ -146,15 +146,20 @@ def capture(name: str, **params):
     fed = digits_federation(SMALL, 4, 0)
     captured = []
     strategy = make_strategy(name, {"server_epochs": 0, **params})
-    original = strategy.client_update
+    original = strategy.aggregate
 
-    def spy(client, message):
-        update = original(client, message)
-        if update.payload:
-            captured.append((update, *strategy._audit[client.id]))
-        return update
+    def spy(updates, round_idx):
+        def watch():
+            for update in updates:
+                if update.payload:
+                    audit = update.audit
+                    contributors = fed.client_indices[update.client_id][audit["positions"]]
+                    captured.append((update, contributors, audit["target_blends"]))
+                yield update
 
-    strategy.client_update = spy
+        return original(watch(), round_idx)
+
+    strategy.aggregate = spy
     result = fedshare.simulate(strategy, fed, "mlp", rounds=1, train={"local_epochs": 1})
     return fed, captured, result.summary
 

@@ -22,6 +22,10 @@ class Traffic:
     bytes_shared: int = 0
     bytes_down_personal: int = 0
     """The part of `bytes_down` addressed to single clients (counted once per receiver)."""
+    bytes_peer: int = 0
+    """Client-to-client messages (`Update.to_peers`), counted once per hop and in neither
+    `bytes_up` nor `bytes_down` (no server relays them); their payloads count in
+    `bytes_shared` too."""
 
     def sent_down(
         self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor], receivers: int
@@ -38,6 +42,11 @@ class Traffic:
     def sent_up(self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor]) -> None:
         extra = payload_bytes(payload)
         self.bytes_up += tensor_bytes(weights) + extra
+        self.bytes_shared += extra
+
+    def sent_peer(self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor]) -> None:
+        extra = payload_bytes(payload)
+        self.bytes_peer += tensor_bytes(weights) + extra
         self.bytes_shared += extra
 
     def as_dict(self) -> dict[str, int]:

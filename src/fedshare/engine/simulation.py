@@ -31,8 +31,10 @@ from fedshare.engine.checkpoint import (
     save_checkpoint,
 )
 from fedshare.engine.client import Client
+from fedshare.engine.client_side import ClientSetup, client_side, on_client_side
 from fedshare.engine.client_state import ClientStates
 from fedshare.engine.evaluation import evaluate
+from fedshare.engine.kept_messages import Inboxes, KeptMessages
 from fedshare.engine.optim import check_train_config, learning_rate
 from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
 from fedshare.engine.resume import check_same_run
@@ -151,6 +153,8 @@ class Simulation:
         )
         self.traffic = Traffic()
         self.client_states = ClientStates()
+        self.kept = KeptMessages()
+        self.inboxes = Inboxes()
         self.history: list[dict[str, Any]] = []
         self.rounds_completed = 0
         self._elapsed_before = 0.0
@@ -167,6 +171,7 @@ class Simulation:
         stats: _RoundStats,
     ) -> Iterator[Update]:
         dataset = self.data.dataset
+        step = on_client_side(phase.client_step, self.strategy, self.client_side)
         for cid in cohort:
             seed_global_torch(self.config.seed, f"client/{phase.name}", round_idx, cid)
             personal = phase.personal(round_idx, cid) if phase.personal is not None else None
@@ -183,8 +188,19 @@ class Simulation:
                 phase.name,
                 state=self.client_states.checkout(cid, self.device),
                 personal=personal,
+                kept=self.kept.of(cid),
+                inbox=self.inboxes.collect(cid),
             )
-            update = phase.client_step(client, message)
+            update = step(client, message)
+            for receiver, sent in update.to_peers.items():
+                if not 0 <= receiver < self.data.num_clients:
+                    raise RuntimeError(
+                        f"client {cid} sent a peer message to client {receiver}, which does "
+                        f"not exist (clients 0…{self.data.num_clients - 1})"
+                    )
+                self.traffic.sent_peer(sent.weights, sent.payload)
+                self.inboxes.post(receiver, sent)
+            update.to_peers = {}
             self.client_states.checkin(cid, client.state)
             self.traffic.sent_up(update.weights, update.payload)
             stats.add(update.metrics)
@@ -200,6 +216,8 @@ class Simulation:
             )
             message = phase.broadcast(round_idx)
             self.traffic.sent_down(message.weights, message.payload, len(members))
+            if phase.keep:
+                self.kept.keep(phase.name, message, members)
             updates = self._client_updates(phase, message, members, round_idx, stats)
             phase.aggregate(updates, round_idx)
             if next(updates, None) is not None:
@@ -249,6 +267,19 @@ class Simulation:
 
     def _setup(self, state: dict[str, Any] | None) -> None:
         self.strategy.setup(SetupContext(self.model, self.data, self.config, self.device))
+        dataset = self.data.dataset
+        self.client_side = client_side(
+            self.strategy,
+            ClientSetup(
+                self.worker,
+                self.config.train,
+                self.config.seed,
+                self.device,
+                dataset.num_classes,
+                dataset.input_shape,
+                self.data.num_clients,
+            ),
+        )
         if self.dir is not None:
             self.dir.write_config(self.record)
             self.dir.write_partition(self.data.partition.summary())
@@ -263,6 +294,8 @@ class Simulation:
         self.rounds_completed = int(state["rounds_completed"])
         self.traffic = Traffic(**state["traffic"])
         self.client_states.load_state_dict(state.get("client_states", {}))
+        self.kept.load_state_dict(state.get("kept_messages", {}), self.device)
+        self.inboxes.load_state_dict(state.get("inboxes", {}), self.device)
         self._elapsed_before = float(state["wall_time_s"])
         restore_rng_state(state["rng"])
         self.dir.rewrite_metrics(self.history)
@@ -278,6 +311,8 @@ class Simulation:
                 "history": self.history,
                 "traffic": self.traffic.as_dict(),
                 "client_states": self.client_states.state_dict(),
+                "kept_messages": self.kept.state_dict(),
+                "inboxes": self.inboxes.state_dict(),
                 "wall_time_s": self.elapsed(),
                 "rng": rng_state(),
                 "fingerprint": self.data.partition.fingerprint,
@@ -300,7 +335,9 @@ class Simulation:
             data_source=self.data.dataset.source,
             device=str(self.device),
             bytes_shared_per_round=self.traffic.bytes_shared / max(self.rounds_completed, 1),
-            client_state_bytes=self.client_states.bytes_held,
+            client_state_bytes=(
+                self.client_states.bytes_held + self.kept.bytes_held + self.inboxes.bytes_held
+            ),
             **self.strategy.summary_metrics(),
         )
 

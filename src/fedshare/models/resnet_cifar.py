@@ -82,9 +82,7 @@ def resnet20_cifar(
     everything but the head (a frozen feature extractor). Default `share_layer`: the 64-d
     penultimate features; `flea_layer`: after `layer1` (16×32×32).
     """
-    require_input(
-        "resnet20_cifar", input_shape, 3, "C×32×32 (CIFAR-sized) images", (None, 32, 32)
-    )
+    require_input("resnet20_cifar", input_shape, 3, "C×32×32 (CIFAR-sized) images", (None, 32, 32))
     c_in = input_shape[0]
     blocks: list[tuple[str, nn.Module]] = [
         (

@@ -16,6 +16,7 @@ from torch import nn
 
 from fedshare.data.dataset import Dataset
 from fedshare.engine.rng import seed_global_torch, torch_generator
+from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError
 
 
@@ -104,17 +105,20 @@ def reconstruction_attack(
         raise FedshareError(f"unknown decoder {decoder!r}; valid choices: dense, table5")
     net = net.to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=lr)
-    curve = []
+    curve: list[float] = []
+    epoch_sum = 0.0
+
+    def step_loss(part: torch.Tensor) -> torch.Tensor:
+        nonlocal epoch_sum
+        part = part.to(device)
+        loss = F.mse_loss(net(f_train[part]), t_train[part])
+        epoch_sum += float(loss.detach()) * len(part)
+        return loss
+
     for _ in range(epochs):
-        order = torch.randperm(train_size, generator=gen).to(device)
-        total = 0.0
-        for part in order.split(batch_size):
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.mse_loss(net(f_train[part]), t_train[part])
-            loss.backward()
-            optimizer.step()
-            total += float(loss.detach()) * len(part)
-        curve.append(total / train_size)
+        epoch_sum = 0.0
+        fit(optimizer, shuffled_positions(train_size, batch_size, gen, "cpu", 1), step_loss)
+        curve.append(epoch_sum / train_size)
     with torch.no_grad():
         test_mse = float(F.mse_loss(net(f_test), t_test))
     return AttackResult(curve[-1] if curve else float("nan"), test_mse, curve)

@@ -12,15 +12,13 @@ from torch import nn
 
 from fedshare.engine.client import Client
 from fedshare.functional.calibration import class_counts
-from fedshare.strategies._local import train_local
 from fedshare.strategies.base import Message, Update
 from fedshare.strategies.fedavg import FedAvg
 
 
 def client_class_counts(client: Client) -> torch.Tensor:
     """The client's samples per class over its whole local training set (float, length C)."""
-    labels = client.dataset.y_train[client.indices]
-    return class_counts(labels, client.dataset.num_classes)
+    return class_counts(client.labels, client.num_classes)
 
 
 @dataclass
@@ -37,10 +35,4 @@ class CalibratedFedAvg(FedAvg):
         def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(self.calibrate(net(x), counts), y)
 
-        loss = train_local(client, model, loss_fn)
-        return Update(
-            client.id,
-            client.num_samples,
-            weights=self.flat.flatten(model),
-            metrics={"train_loss": loss},
-        )
+        return self.trained_update(client, model, loss_fn)

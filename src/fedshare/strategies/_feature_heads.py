@@ -15,7 +15,6 @@ config train their heads alike (the paper: Adam, lr 1e-4 for all; the presets se
 """
 
 import math
-from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +24,8 @@ from fedshare.config import TrainConfig
 from fedshare.engine.client import Client
 from fedshare.engine.optim import make_optimizer
 from fedshare.engine.rng import torch_generator
-from fedshare.errors import FedshareError, NonFiniteLossError
+from fedshare.engine.training import check_finite, fit, shuffled_positions
+from fedshare.errors import FedshareError
 from fedshare.functional.losses import distillation_kl
 from fedshare.models.base import BlockModel
 
@@ -91,14 +91,6 @@ def fresh_head(dim: int, num_classes: int, generator: torch.Generator, device: o
     return head
 
 
-def shuffled_batches(
-    n: int, batch_size: int, epochs: int, generator: torch.Generator, device: object
-) -> Iterator[torch.Tensor]:
-    for _ in range(epochs):
-        order = torch.randperm(n, generator=generator, device=device)
-        yield from order.split(batch_size)
-
-
 def fit_head(
     head: nn.Linear,
     x: torch.Tensor,
@@ -115,27 +107,21 @@ def fit_head(
 
     With a `teacher`, the loss is CE + T²·KL(softmax(teacher/T) ‖ softmax(head/T)) (the KD
     baseline of fedpft.md §7 A15; `fedshare.functional.losses.distillation_kl`)."""
-    head.train()
-    optimizer = make_optimizer(head.parameters(), train, lr)
-    total = torch.zeros((), device=x.device)
-    steps = 0
-    epochs = train.local_epochs if epochs is None else epochs
-    for idx in shuffled_batches(len(x), train.batch_size, epochs, generator, x.device):
-        optimizer.zero_grad(set_to_none=True)
+
+    def step_loss(idx: torch.Tensor) -> torch.Tensor:
         logits = head(x[idx])
         loss = F.cross_entropy(logits, y[idx])
         if teacher is not None:
             with torch.no_grad():
                 target = teacher(x[idx])
             loss = loss + distillation_kl(logits, target, temperature)
-        loss.backward()
-        optimizer.step()
-        total += loss.detach()
-        steps += 1
-    mean = total / max(steps, 1)
-    if not torch.isfinite(mean):
-        raise NonFiniteLossError("a head's training loss became non-finite; lower train.lr")
-    return mean
+        return loss
+
+    head.train()
+    optimizer = make_optimizer(head.parameters(), train, lr)
+    epochs = train.local_epochs if epochs is None else epochs
+    batches = shuffled_positions(len(x), train.batch_size, generator, x.device, epochs)
+    return check_finite(fit(optimizer, batches, step_loss), "a head")
 
 
 def load_head(target: nn.Linear, weight: torch.Tensor, bias: torch.Tensor) -> None:
@@ -193,6 +179,13 @@ def local_head(
 def head_vector(head: nn.Linear, dtype: torch.dtype = torch.float16) -> torch.Tensor:
     """[W.flatten(), b] in the wire dtype: C·d + C numbers."""
     return torch.cat([head.weight.detach().flatten(), head.bias.detach()]).to(dtype)
+
+
+def head_from_vector(vector: torch.Tensor, dim: int, num_classes: int) -> nn.Linear:
+    """A linear head holding a `head_vector` (in float32, on the vector's device)."""
+    head = nn.utils.skip_init(nn.Linear, dim, num_classes, device=vector.device)
+    load_head(head, *split_head_vector(vector, dim, num_classes))
+    return head
 
 
 def split_head_vector(

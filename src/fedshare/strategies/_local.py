@@ -1,4 +1,4 @@
-"""Local training loops shared by the strategies."""
+"""Local training on a client's batches (`fedshare.engine.training` drives the steps)."""
 
 from collections.abc import Callable
 
@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshare.engine.client import Client
-from fedshare.errors import NonFiniteLossError
+from fedshare.engine.client import Client, Samples
+from fedshare.engine.training import check_finite, fit
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 GradHook = Callable[[nn.Module], None]
@@ -23,34 +23,20 @@ def train_local(
     loss_fn: LossFn = cross_entropy_loss,
     grad_hook: GradHook | None = None,
     epochs: int | None = None,
+    extra: Samples | None = None,
 ) -> torch.Tensor:
-    """Train `model` on the client's batches; return the mean loss (a device tensor).
-
-    The loss is summed on the device and checked once at the end (no host sync per step); a
-    NaN or infinite loss raises `NonFiniteLossError`.
-    """
+    """Train `model` with the configured optimizer on the client's batches (with `extra`
+    received samples, if given); return the mean loss (a device tensor, checked finite)."""
     model.train()
-    optimizer = client.make_optimizer(model.parameters())
-    total = torch.zeros((), device=client.device)
-    steps = 0
-    for x, y in client.batches(epochs=epochs):
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model, x, y)
-        loss.backward()
-        if grad_hook is not None:
-            grad_hook(model)
-        optimizer.step()
-        total += loss.detach()
-        steps += 1
-    return finite_mean(total, steps, client)
+    mean = fit(
+        client.make_optimizer(model.parameters()),
+        client.batches(epochs=epochs, extra=extra),
+        lambda batch: loss_fn(model, *batch),
+        None if grad_hook is None else lambda: grad_hook(model),
+    )
+    return finite_mean(mean, client)
 
 
-def finite_mean(total: torch.Tensor, steps: int, client: Client) -> torch.Tensor:
-    """`total / steps`, checked once on the host; a NaN or inf raises `NonFiniteLossError`."""
-    mean = total / max(steps, 1)
-    if not torch.isfinite(mean):
-        raise NonFiniteLossError(
-            f"client {client.id} got a non-finite training loss in round {client.round}; "
-            f"lower train.lr or check the data"
-        )
-    return mean
+def finite_mean(mean: torch.Tensor, client: Client) -> torch.Tensor:
+    """`mean`, checked once on the host; a NaN or inf raises `NonFiniteLossError`."""
+    return check_finite(mean, f"client {client.id} in round {client.round}")

@@ -2,13 +2,13 @@
 
 * `fixed_subset` / `fixed_groups`: which of a client's samples it shares, drawn once per client
   from (seed, purpose, client), so the same samples are exposed every time (flea.md §8 item 9);
-* `cycle_batches`: an endless shuffled iterator over a shared pool or buffer (flea.md §2.3);
 * `OneShotSharing`: round 0 gathers artefacts from *every* client and sends the pool to every
-  client once (FedMix and FedData as FLea's code runs them, flea.md §5); the engine counts the
-  bytes of both exchanges; exposure and the dCor of the shared items are tracked.
+  client once, which keeps it (FedMix and FedData as FLea's code runs them, flea.md §5); the
+  engine counts the bytes of both exchanges; exposure and the dCor of the shared items are
+  tracked.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,15 +54,6 @@ def fixed_groups(seed: int, purpose: str, client_id: int, n: int, size: int) -> 
     return torch.randperm(n, generator=gen)[: groups * size].view(groups, size)
 
 
-def cycle_batches(
-    n: int, batch_size: int, generator: torch.Generator, device: torch.device
-) -> Iterator[torch.Tensor]:
-    """Endless batches of positions in range(n), reshuffled at every pass."""
-    while True:
-        order = torch.randperm(n, generator=generator, device=device)
-        yield from order.split(batch_size)
-
-
 def check_fraction(name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise FedshareError(f"strategy.{name}={value} must be in [0, 1]")
@@ -75,7 +66,7 @@ class OneShotSharing(Strategy):
 
     Subclasses implement `share_step` (a client's upload), `metric_pairs` (the shared items
     and the inputs they came from, for the dCor metric), `shared_positions` (what is exposed)
-    and `client_update` (training with `self.pool`).
+    and `client_update` (training with the pool the client kept, `received_pool(client)`).
     """
 
     metric_chunk: int = 32
@@ -105,7 +96,14 @@ class OneShotSharing(Strategy):
         every = self._everyone_first
         return [
             Phase("share", lambda r: Message(), self.share_step, self.collect, every),
-            Phase("distribute", self.broadcast_pool, self.receive_pool, self.delivered, every),
+            Phase(
+                "distribute",
+                self.broadcast_pool,
+                self.receive_pool,
+                self.delivered,
+                every,
+                keep=True,
+            ),
             Phase("train", self.broadcast, self.client_update, self.aggregate),
         ]
 
@@ -136,7 +134,13 @@ class OneShotSharing(Strategy):
         return Message(payload=dict(self.pool)) if round_idx == 0 else Message()
 
     def receive_pool(self, client: Client, message: Message) -> Update:
-        return Update(client.id, client.num_samples)
+        return Update(client.id, client.num_samples)  # the engine keeps the message for it
+
+    @staticmethod
+    def received_pool(client: Client) -> dict[str, torch.Tensor]:
+        """The pool this client received in the one-shot exchange (empty if none)."""
+        kept = client.kept.get("distribute")
+        return {} if kept is None else kept.payload
 
     def delivered(self, updates: Iterable[Update], round_idx: int) -> None:
         receivers = [u.client_id for u in updates]

@@ -1,13 +1,15 @@
-"""The Strategy protocol, the messages that cross the network, and the strategy registry.
+"""The Strategy protocol and the strategy registry.
 
 A strategy says what a client does with its data and what the server does with the updates;
 the engine owns devices, loops, seeds, logging and files. Everything sent is a tensor in a
-`Message` or `Update`, so the engine counts bytes without the strategy doing anything:
-`weights` count as model traffic, `payload` tensors as shared (non-weight) traffic.
+`Message` or `Update` (`fedshare.engine.messages`), so the engine counts bytes without the
+strategy doing anything. Client steps run on the strategy's client side
+(`fedshare.engine.client_side`), which holds the parameters and what `client_setup` derived,
+never the server's state.
 """
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -17,33 +19,11 @@ from fedshare.config import SimulationConfig
 from fedshare.data.federated import FederatedData
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
+from fedshare.engine.client_side import ClientSetup
 from fedshare.engine.flat import FlatState
+from fedshare.engine.messages import Message, Update
 from fedshare.params import check_params
 from fedshare.registry import Registry
-
-
-@dataclass
-class Message:
-    """Server -> client: flat global weights and/or non-weight payload tensors."""
-
-    weights: torch.Tensor | None = None
-    payload: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-@dataclass
-class Update:
-    """Client -> server. `weight` is the aggregation weight (default: the sample count)."""
-
-    client_id: int
-    num_samples: int
-    weights: torch.Tensor | None = None
-    payload: dict[str, torch.Tensor] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
-    weight: float | None = None
-
-    @property
-    def aggregation_weight(self) -> float:
-        return float(self.num_samples if self.weight is None else self.weight)
 
 
 @dataclass(frozen=True)
@@ -65,6 +45,9 @@ class Phase:
     """(round, client) -> a message for that client alone, on top of the broadcast (FedAA's
     identifier I_k); the engine counts its bytes for that receiver and hands it to the client
     as `client.personal`."""
+    keep: bool = False
+    """Receivers keep this phase's broadcast for the rest of the run (a one-shot pool); a later
+    client step finds it in `client.kept[name]`. The simulation stores it once."""
 
 
 @dataclass(frozen=True)
@@ -93,12 +76,22 @@ class Strategy:
     neither the command line nor a preset sets (`fedshare.defaults`)."""
 
     def setup(self, ctx: SetupContext) -> None:
+        """The server side, before round 0."""
         self.model = ctx.model
         self.data = ctx.data
         self.config = ctx.config
         self.device = ctx.device
         self.flat = FlatState(ctx.model)
         self.round_metrics: dict[str, Any] = {}
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        """The client side, before round 0, from what every client knows; client steps run
+        on it and see nothing else of the strategy (`fedshare.engine.client_side`). Sets
+        `device`, `num_classes`, `num_clients` and `flat`."""
+        self.device = ctx.device
+        self.num_classes = ctx.num_classes
+        self.num_clients = ctx.num_clients
+        self.flat = FlatState(ctx.model)
 
     # ------------------------------------------------------------------ protocol
     def phases(self) -> list[Phase]:

@@ -7,7 +7,7 @@ from torch import nn
 from fedshare.config import TrainConfig
 from fedshare.data.dataset import Dataset
 from fedshare.engine.optim import make_optimizer
-from fedshare.errors import NonFiniteLossError
+from fedshare.engine.training import check_finite, fit, shuffled_positions
 
 
 def train_central(
@@ -29,27 +29,15 @@ def train_central(
     (`fedshare.engine.optim.make_optimizer`). Seed torch's global generator before calling
     for deterministic dropout.
     """
+
+    def step_loss(idx: torch.Tensor) -> torch.Tensor:
+        inputs = dataset.prepare(x[idx], train.augment, generator)
+        return F.cross_entropy(model(inputs), y[idx])
+
     model.train()
     optimizer = make_optimizer(model.parameters(), train, lr)
-    n, size = len(x), train.batch_size
-    total = torch.zeros((), device=x.device)
-    steps = 0
+    mean = torch.zeros(())
     for _ in range(epochs):
-        total.zero_()
-        steps = 0
-        order = torch.randperm(n, generator=generator, device=x.device)
-        for start in range(0, n, size):
-            idx = order[start : start + size]
-            inputs = dataset.prepare(x[idx], train.augment, generator)
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(inputs), y[idx])
-            loss.backward()
-            optimizer.step()
-            total += loss.detach()
-            steps += 1
-    mean = float(total) / max(steps, 1)
-    if not torch.isfinite(torch.tensor(mean)):
-        raise NonFiniteLossError(
-            "the server's training loss became non-finite; lower train.lr or check the data"
-        )
-    return mean
+        passes = shuffled_positions(len(x), train.batch_size, generator, x.device, epochs=1)
+        mean = fit(optimizer, passes, step_loss)
+    return float(check_finite(mean, "the server"))

@@ -50,25 +50,24 @@ class Centralized(Strategy):
             )
         self.pool_x: torch.Tensor | None = None
         self.pool_y: torch.Tensor | None = None
-        self.sent: set[int] = set()  # clients whose data the server holds (they know it)
 
     def broadcast(self, round_idx: int) -> Message:
         return Message()
 
     def client_update(self, client: Client, message: Message) -> Update:
-        if client.id in self.sent or client.num_samples == 0:
+        if "sent" in client.state or client.num_samples == 0:
             return Update(client.id, client.num_samples)  # the server already has the data
-        x = client.dataset.x_train[client.indices]
+        client.state["sent"] = torch.ones((), dtype=torch.bool)
+        x, y = client.raw()
         if x.is_floating_point():
             x = x.to(WIRE_DTYPES[self.wire_dtype])
-        y = client.dataset.y_train[client.indices].to(label_dtype(client.dataset.num_classes))
+        y = y.to(label_dtype(client.num_classes))
         return Update(client.id, client.num_samples, payload={"samples": x, "labels": y})
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
         xs, ys = [], []
         for update in updates:
             if "samples" in update.payload:
-                self.sent.add(update.client_id)
                 xs.append(update.payload["samples"])
                 ys.append(update.payload["labels"])
         if xs:
@@ -100,10 +99,8 @@ class Centralized(Strategy):
             "model": self.model.state_dict(),
             "pool_x": self.pool_x,
             "pool_y": self.pool_y,
-            "sent": sorted(self.sent),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # type: ignore[override]
         self.model.load_state_dict(state["model"])
         self.pool_x, self.pool_y = state.get("pool_x"), state.get("pool_y")
-        self.sent = set(state.get("sent", []))

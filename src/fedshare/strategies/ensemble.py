@@ -91,9 +91,7 @@ class Ensemble(Strategy):
         return Message()
 
     def client_update(self, client: Client, message: Message) -> Update:
-        head = local_head(
-            client, self.data.dataset.num_classes, self.config.seed, self.l2_normalize
-        )
+        head = local_head(client, self.num_classes, client.seed, self.l2_normalize)
         vector = head_vector(head, WIRE_DTYPES[self.head_dtype])
         return Update(client.id, client.num_samples, weights=vector)
 

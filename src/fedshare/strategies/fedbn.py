@@ -10,8 +10,9 @@ same initialisation. A model without BN layers gives FedAvg exactly.
 Evaluation on the global test set (the paper evaluates personalised models only; fedaa.md §5
 recommends this choice): the global model is the averaged non-BN weights plus the n_k-weighted
 mean of the BN states that this round's participants hold after training. That mean is
-bookkeeping of the simulator for evaluation, not traffic: it is neither in the upload nor
-counted in `bytes_up` (a deployment would need one extra BN upload per client to build it).
+bookkeeping of the simulator for evaluation, not traffic: the BN states travel in
+`Update.audit`, not in the upload, and are not counted in `bytes_up` (a deployment would need
+one extra BN upload per client to build it).
 `eval.personal=true` scores the FedBN model proper: the global non-BN weights with each client's
 own BN state (`personal_model`).
 """
@@ -26,7 +27,13 @@ from torch import nn
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
 from fedshare.strategies._local import train_local
-from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
+from fedshare.strategies.base import (
+    ClientSetup,
+    Message,
+    SetupContext,
+    Update,
+    register_strategy,
+)
 from fedshare.strategies.fedavg import FedAvg
 
 BN_ENTRIES = ("weight", "bias", "running_mean", "running_var")
@@ -52,13 +59,21 @@ def batchnorm_mask(model: nn.Module, names: list[str], sizes: list[int]) -> torc
 class FedBN(FedAvg):
     """Local BN (client.state["bn"]); the non-BN weights are averaged as in FedAvg."""
 
+    def _masks(self, model: nn.Module, device: torch.device) -> None:
+        self.bn_mask = batchnorm_mask(model, self.flat.names, self.flat.sizes).to(device)
+        self.shared_mask = ~self.bn_mask
+        self.initial_bn = self.flat.flatten(model)[self.bn_mask].clone()
+
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        self.bn_mask = batchnorm_mask(ctx.model, self.flat.names, self.flat.sizes).to(ctx.device)
-        self.shared_mask = ~self.bn_mask
-        self.initial_bn = self.flat.flatten(ctx.model)[self.bn_mask].clone()
-        self._bn_mean = RunningMean()
+        self._masks(ctx.model, ctx.device)
         self._personal: nn.Module | None = None
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        """The initial BN state is the worker's before round 0: every client starts from the
+        same initialisation (the run's seed), which costs no traffic."""
+        super().client_setup(ctx)
+        self._masks(ctx.model, ctx.device)
 
     @property
     def has_bn(self) -> bool:
@@ -79,23 +94,29 @@ class FedBN(FedAvg):
         model = self.load_weights(client.model, self.compose(message.weights, bn))
         loss = train_local(client, model)
         flat = self.flat.flatten(model)
+        audit = {}
         if self.has_bn:
             client.state["bn"] = flat[self.bn_mask].clone()
-            self._bn_mean.add(client.state["bn"], client.num_samples)
+            audit["bn"] = client.state["bn"]  # for the evaluated global model only
         return Update(
             client.id,
             client.num_samples,
             weights=flat[self.shared_mask],
             metrics={"train_loss": loss},
+            audit=audit,
         )
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
-        shared = self.average_weights(updates)
-        if self.has_bn:
-            bn = self._bn_mean.value()
-            self._bn_mean = RunningMean()
-        else:
-            bn = shared.new_zeros(0)
+        bn_mean = RunningMean()
+
+        def noting_bn() -> Iterable[Update]:
+            for update in updates:
+                if "bn" in update.audit:
+                    bn_mean.add(update.audit.pop("bn"), update.num_samples)
+                yield update
+
+        shared = self.average_weights(noting_bn())
+        bn = bn_mean.value() if self.has_bn else shared.new_zeros(0)
         self.load_weights(self.model, self.compose(shared, bn))
 
     def personal_model(self, client_id: int, state: Mapping[str, torch.Tensor]) -> nn.Module:

@@ -1,16 +1,15 @@
 """FedData (Zhao et al., 2018) as FLea's reference upper bound (flea.md §5, §8 item 23).
 
 Round 0: every client uploads ⌊α·|D_k|⌋ of its raw samples (with labels); the server sends the
-whole pool (≈ α·N) to every client once. Each client then appends the pool to its own data and
-trains with plain cross-entropy on the union in every round (one local epoch covers
-|D_k| + |pool| samples); aggregation is FedAvg weighted by |D_k|.
+whole pool (≈ α·N) to every client once, which keeps it. Each client then appends the pool to
+its own data and trains with plain cross-entropy on the union in every round (one local epoch
+covers |D_k| + |pool| samples); aggregation is FedAvg weighted by |D_k|.
 
 Deviation: the shared subset is drawn without replacement by default (the code draws with
 replacement; `share_with_replacement=true` restores it), the same choice as FLea's (§8 item 9).
 """
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -32,12 +31,11 @@ class FedData(OneShotSharing):
     def setup(self, ctx: SetupContext) -> None:
         check_fraction("share_fraction", self.share_fraction)
         super().setup(ctx)
-        self.pool_indices = torch.zeros(0, dtype=torch.long, device=self.device)
 
-    def shared_positions(self, client_id: int) -> torch.Tensor:
-        n = self.data.client_sizes[client_id]
+    def positions(self, seed: int, client_id: int, n: int) -> torch.Tensor:
+        """Positions of the samples the client shares (the same on both sides)."""
         return fixed_subset(
-            self.config.seed,
+            seed,
             "feddata/share",
             client_id,
             n,
@@ -46,51 +44,29 @@ class FedData(OneShotSharing):
             self.share_min_samples,
         )
 
-    def _global_indices(self, client_id: int) -> torch.Tensor:
-        positions = self.shared_positions(client_id).to(self.device)
-        return self.data.client_indices[client_id][positions]
+    def shared_positions(self, client_id: int) -> torch.Tensor:
+        return self.positions(self.config.seed, client_id, self.data.client_sizes[client_id])
 
     def share_step(self, client: Client, message: Message) -> Update:
-        idx = client.indices[self.shared_positions(client.id).to(client.device)]
-        if idx.numel() == 0:
+        positions = self.positions(client.seed, client.id, client.num_samples)
+        if positions.numel() == 0:
             return Update(client.id, client.num_samples)
-        raw = client.dataset.x_train[idx]  # the stored samples themselves (uint8 images stay)
-        return Update(
-            client.id,
-            client.num_samples,
-            payload={"samples": raw, "labels": client.dataset.y_train[idx]},
-        )
+        raw, labels = client.raw(positions.to(client.device))  # uint8 images stay uint8
+        return Update(client.id, client.num_samples, payload={"samples": raw, "labels": labels})
 
     def metric_pairs(self, client_id: int, payload: dict[str, torch.Tensor]) -> tuple:
-        x, _ = self.data.dataset.train_batch(self._global_indices(client_id))
+        positions = self.shared_positions(client_id).to(self.device)
+        x, _ = self.data.dataset.train_batch(self.data.client_indices[client_id][positions])
         return x, x
-
-    def collect(self, updates: Iterable[Update], round_idx: int) -> None:
-        received = list(updates)
-        if not received:
-            return
-        super().collect(received, round_idx)
-        # The simulation keeps the pool as indices into the training set: the same samples
-        # the clients uploaded (the payload above), gathered with the usual batch pipeline.
-        self.pool_indices = torch.cat(
-            [self._global_indices(c) for c in self.pool_owners]
-            or [torch.zeros(0, dtype=torch.long, device=self.device)]
-        )
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
-        union = replace(client, indices=torch.cat([client.indices, self.pool_indices]))
-        loss = train_local(union, model)
+        pool = self.received_pool(client)
+        extra = (pool["samples"], pool["labels"]) if "samples" in pool else None
+        loss = train_local(client, model, extra=extra)
         return Update(
             client.id,
             client.num_samples,
             weights=self.flat.flatten(model),
             metrics={"train_loss": loss},
         )
-
-    def state_dict(self) -> dict:  # type: ignore[type-arg]
-        return {**super().state_dict(), "pool_indices": self.pool_indices}
-
-    def load_state_dict(self, state: dict) -> None:  # type: ignore[type-arg]
-        super().load_state_dict(state)
-        self.pool_indices = state["pool_indices"].to(self.device)

@@ -29,7 +29,14 @@ from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_local
 from fedshare.strategies._param_vector import ParamVector
-from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
+from fedshare.strategies.base import (
+    ClientSetup,
+    Message,
+    SetupContext,
+    Strategy,
+    Update,
+    register_strategy,
+)
 
 
 @register_strategy("feddyn")
@@ -44,6 +51,10 @@ class FedDyn(Strategy):
             raise FedshareError(
                 f"strategy.alpha={self.alpha} must be > 0 (the server divides h by alpha)"
             )
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        super().client_setup(ctx)
+        self.pv = ParamVector(ctx.model, self.flat)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

@@ -20,11 +20,12 @@ from torch import nn
 
 from fedshare.engine.client import Client
 from fedshare.engine.rng import numpy_rng
+from fedshare.engine.training import shuffled_positions
 from fedshare.errors import FedshareError
 from fedshare.functional.losses import soft_cross_entropy
 from fedshare.functional.mixup import as_soft_labels, beta_weights, mix_labels, mix_pair
 from fedshare.strategies._local import train_local
-from fedshare.strategies._sharing import OneShotSharing, cycle_batches, fixed_groups
+from fedshare.strategies._sharing import OneShotSharing, fixed_groups
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 
 
@@ -45,19 +46,22 @@ class FedMix(OneShotSharing):
             raise FedshareError(f"strategy.beta_a={self.beta_a} must be positive")
         super().setup(ctx)
 
-    def groups(self, client_id: int) -> torch.Tensor:
-        n = self.data.client_sizes[client_id]
-        return fixed_groups(self.config.seed, "fedmix/groups", client_id, n, self.mean_size)
+    def groups(self, seed: int, client_id: int, n: int) -> torch.Tensor:
+        """The client's fixed groups of `mean_size` positions (the same on both sides)."""
+        return fixed_groups(seed, "fedmix/groups", client_id, n, self.mean_size)
+
+    def server_groups(self, client_id: int) -> torch.Tensor:
+        return self.groups(self.config.seed, client_id, self.data.client_sizes[client_id])
 
     def shared_positions(self, client_id: int) -> torch.Tensor:
-        return self.groups(client_id).flatten()
+        return self.server_groups(client_id).flatten()
 
     def share_step(self, client: Client, message: Message) -> Update:
-        groups = self.groups(client.id).to(client.device)
+        groups = self.groups(client.seed, client.id, client.num_samples).to(client.device)
         if groups.numel() == 0:
             return Update(client.id, client.num_samples)
-        x, y = client.dataset.train_batch(client.indices[groups.flatten()])
-        num_classes = client.dataset.num_classes
+        x, y = client.data(groups.flatten())
+        num_classes = client.num_classes
         means = x.view(*groups.shape, *x.shape[1:]).mean(dim=1)
         label_means = as_soft_labels(y, num_classes).view(*groups.shape, -1).mean(dim=1)
         return Update(
@@ -65,22 +69,23 @@ class FedMix(OneShotSharing):
         )
 
     def metric_pairs(self, client_id: int, payload: dict[str, torch.Tensor]) -> tuple:
-        groups = self.groups(client_id).to(self.device)
+        groups = self.server_groups(client_id).to(self.device)
         x, _ = self.data.dataset.train_batch(self.data.client_indices[client_id][groups.flatten()])
         sources = x.reshape(groups.shape[0], -1)  # the M source inputs of each mean, side by side
         return sources, payload["means"]
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
-        means, label_means = self.pool.get("means"), self.pool.get("label_means")
+        pool = self.received_pool(client)
+        means, label_means = pool.get("means"), pool.get("label_means")
         if means is None or means.shape[0] == 0:
             loss = train_local(client, model)
         else:
-            pool = cycle_batches(
+            pool = shuffled_positions(  # endless
                 means.shape[0], client.train.batch_size, client.rng("pool"), client.device
             )
             rng = numpy_rng(client.seed, f"{client.phase}/mixup", client.round, client.id)
-            num_classes = client.dataset.num_classes
+            num_classes = client.num_classes
 
             def mixed_loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
                 take = next(pool)

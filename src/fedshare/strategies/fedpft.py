@@ -262,17 +262,20 @@ class FedPFT(Strategy):
 
     # ------------------------------------------------------------------ server
     def synthesize(
-        self, mixtures: list[tuple[int, int, GaussianMixture]], client_id: int, purpose: str
+        self,
+        mixtures: list[tuple[int, int, GaussianMixture]],
+        seed: int,
+        client_id: int,
+        purpose: str,
+        device: torch.device,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Samples and labels from each (label, n, mixture), one stream per (client, class)."""
         xs, ys = [], []
         for label, count, g in mixtures:
             m = max(1, round(count * self.synthetic_multiplier))
-            gen = torch_generator(
-                self.config.seed, purpose, client_id, label, device=g.means.device
-            )
-            xs.append(g.sample(m, gen).float().to(self.device))
-            ys.append(torch.full((m,), label, dtype=torch.long, device=self.device))
+            gen = torch_generator(seed, purpose, client_id, label, device=g.means.device)
+            xs.append(g.sample(m, gen).float().to(device))
+            ys.append(torch.full((m,), label, dtype=torch.long, device=device))
         return xs, ys
 
     def train_head(
@@ -304,7 +307,9 @@ class FedPFT(Strategy):
             p, n_pairs = mixture_cost(update.payload, self.covariance)
             params, pairs = params + p, pairs + n_pairs
             received = unpack_mixtures(update.payload, self.covariance, self.reg_covar)
-            x, y = self.synthesize(received, update.client_id, "fedpft/sample")
+            x, y = self.synthesize(
+                received, self.config.seed, update.client_id, "fedpft/sample", self.device
+            )
             xs += x
             ys += y
         if not xs:

@@ -12,11 +12,12 @@ samples alone). The last client sends nothing; its head is the evaluated (global
 two clients (`partition=task`, or `contiguous` over two feature files) this is Table 2's
 source → destination transfer.
 
-Simulation notes: the engine has no peer-to-peer links, so each client's upload is what it
-sends to its successor (counted in `bytes_shared` per hop), and the strategy hands exactly that
-payload, decoded, to the next client. The clients' heads stay on the clients; the strategy
-evaluates each on the test set as the chain advances (`chain_accuracy`, and `local_accuracy` of a
-head on local data only with `report_local`: instrumentation, not traffic). Mixture fitting,
+Simulation notes: each client sends its mixtures straight to its successor
+(`Update.to_peers`: counted once per hop in `bytes_peer` and `bytes_shared`, never seen by a
+server), which finds them in `client.inbox`. The clients' heads stay on the clients; the
+simulation evaluates each on the test set as the chain advances (`chain_accuracy`, and
+`local_accuracy` of a head on local data only with `report_local`: the heads travel in
+`Update.audit`, instrumentation, not traffic). Mixture fitting,
 families, K, the small-class policy and float16 are those of `fedpft`; DP is not offered here.
 """
 
@@ -35,6 +36,8 @@ from fedshare.strategies._feature_heads import (
     client_features,
     fit_head,
     fresh_head,
+    head_from_vector,
+    head_vector,
     load_head,
 )
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
@@ -62,18 +65,15 @@ class FedPFTChain(FedPFT):
                 f"strategy fedpft_chain passes mixtures along all {n} clients in id order; set "
                 f"clients.fraction=1 (got {clients.fraction}) and clients.per_round=null"
             )
-        self.last_client = n - 1
-        self.relay: Mixtures = []
-        self.client_head: torch.nn.Linear | None = None
-        self.local_only_head: torch.nn.Linear | None = None
+        self._summary: dict = {}
 
     def _head(
         self, x: torch.Tensor, y: torch.Tensor, client: Client, purpose: str
     ) -> torch.nn.Linear:
         head = fresh_head(
             x.shape[1],
-            self.data.dataset.num_classes,
-            torch_generator(self.config.seed, f"{purpose}/head_init", client.id, device=x.device),
+            self.num_classes,
+            torch_generator(client.seed, f"{purpose}/head_init", client.id, device=x.device),
             x.device,
         )
         fit_head(head, x, y, client.train, client.lr, client.rng(f"{purpose}/batches"))
@@ -81,15 +81,22 @@ class FedPFTChain(FedPFT):
 
     def client_update(self, client: Client, message: Message) -> Update:
         feats, labels = client_features(client, self.normalize)
-        received = {label: (count, g) for label, count, g in self.relay}
-        synth_x, synth_y = self.synthesize(self.relay, client.id, "chain/sample")
+        relay: Mixtures = []
+        for hop in client.inbox:  # the predecessor's mixtures (none for client 0)
+            relay = unpack_mixtures(hop.payload, self.covariance, self.reg_covar)
+        received = {label: (count, g) for label, count, g in relay}
+        synth_x, synth_y = self.synthesize(
+            relay, client.seed, client.id, "chain/sample", client.device
+        )
         x = torch.cat([feats, *synth_x]) if synth_x else feats
         y = torch.cat([labels, *synth_y]) if synth_y else labels
-        self.client_head = self._head(x, y, client, "chain/head")
+        # the clients' heads stay on the clients; the simulation scores them (audit)
+        audit = {"head": head_vector(self._head(x, y, client, "chain/head"), torch.float32)}
         if self.report_local and len(labels):
-            self.local_only_head = self._head(feats, labels, client, "chain/local")
-        if client.id == self.last_client:
-            return Update(client.id, client.num_samples)  # the end of the chain
+            local_only = self._head(feats, labels, client, "chain/local")
+            audit["local_head"] = head_vector(local_only, torch.float32)
+        if client.id == self.num_clients - 1:
+            return Update(client.id, client.num_samples, audit=audit)  # the end of the chain
         k = self.components_for(client.id)
         outgoing: Mixtures = []
         dropped = 0
@@ -110,11 +117,13 @@ class FedPFTChain(FedPFT):
                 continue
             outgoing.append((c, len(local) + prior_n, g))
         payload = pack_mixtures(outgoing, self.covariance, self.wire_dtype)
+        audit["hop_params"] = mixture_cost(payload, self.covariance)[0]
         return Update(
             client.id,
             client.num_samples,
-            payload=payload,
             metrics={"gmm_dropped_samples": float(dropped)},
+            to_peers={client.id + 1: Message(payload=payload)},
+            audit=audit,
         )
 
     def _accuracy(self, head: torch.nn.Linear) -> float:
@@ -123,19 +132,20 @@ class FedPFTChain(FedPFT):
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
         chain, local, hop_params = [], [], []
+        final = None
         for update in updates:
-            self.relay = unpack_mixtures(update.payload, self.covariance, self.reg_covar)
-            hop_params.append(mixture_cost(update.payload, self.covariance)[0])
-            if self.client_head is not None:
-                chain.append(round(self._accuracy(self.client_head), 4))
-                final = self.client_head
-            if self.report_local and self.local_only_head is not None:
-                local.append(round(self._accuracy(self.local_only_head), 4))
-            self.client_head = self.local_only_head = None
-        if not chain:
+            hop_params.append(update.audit.get("hop_params", 0))  # 0: the end of the chain
+            final = self._load(update.audit["head"])
+            chain.append(round(self._accuracy(final), 4))
+            if "local_head" in update.audit:
+                local.append(round(self._accuracy(self._load(update.audit["local_head"])), 4))
+        if final is None:
             raise FedshareError("no client took part in the chain")
         load_head(self.head, final.weight, final.bias)
         self._summary = {"chain_accuracy": chain, "hop_params": hop_params}
         if self.report_local:
             self._summary["local_accuracy"] = local
         self.round_metrics.update(self._summary)
+
+    def _load(self, vector: torch.Tensor) -> torch.nn.Linear:
+        return head_from_vector(vector, self.head.in_features, self.head.out_features)

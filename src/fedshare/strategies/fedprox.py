@@ -12,7 +12,6 @@ from torch import nn
 
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
-from fedshare.strategies._local import train_local
 from fedshare.strategies.base import Message, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
@@ -61,10 +60,4 @@ class FedProx(FedAvg):
         def proximal(_: nn.Module) -> None:
             add_proximal_grad_(params, anchor, self.mu, self.norm)
 
-        loss = train_local(client, model, grad_hook=proximal)
-        return Update(
-            client.id,
-            client.num_samples,
-            weights=self.flat.flatten(model),
-            metrics={"train_loss": loss},
-        )
+        return self.trained_update(client, model, grad_hook=proximal)

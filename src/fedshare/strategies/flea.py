@@ -40,6 +40,7 @@ from torch import nn
 
 from fedshare.engine.client import Client
 from fedshare.engine.rng import numpy_rng
+from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.losses import KD_DIRECTIONS, distillation_kl, soft_cross_entropy
 from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
@@ -47,8 +48,9 @@ from fedshare.models.base import require_body
 from fedshare.privacy.dcor import VARIANTS, distance_correlation, mean_distance_correlation
 from fedshare.privacy.exposure import ExposureTracker
 from fedshare.strategies._local import finite_mean
-from fedshare.strategies._sharing import check_fraction, cycle_batches, fixed_subset
+from fedshare.strategies._sharing import check_fraction, fixed_subset
 from fedshare.strategies.base import (
+    ClientSetup,
     Message,
     Phase,
     SetupContext,
@@ -150,12 +152,18 @@ class FLea(Strategy):
             )
         self.split = self.resolve_split(model)
         self.num_classes = ctx.data.dataset.num_classes
-        self.teacher = copy.deepcopy(model).requires_grad_(False)
         self.exposure = ExposureTracker(ctx.data.client_sizes)
         self.buffer: dict[str, torch.Tensor] = {}
         self.buffer_owners: list[int] = []
         self.shared_dcor_history: list[float] = []
         self._positions: dict[int, torch.Tensor] = {}
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        """A client knows the split from the architecture; its frozen teacher θ^(t) is a
+        scratch copy of the model, loaded from each round's broadcast."""
+        super().client_setup(ctx)
+        self.split = self.resolve_split(ctx.model)
+        self.teacher = copy.deepcopy(ctx.model).requires_grad_(False)
 
     def resolve_split(self, model: nn.Module) -> int:
         """l: `split_layer`, else the model's `flea_layer`; the head's input only if allowed."""
@@ -188,18 +196,23 @@ class FLea(Strategy):
         return [train, Phase("share", self.broadcast_model, self.extract, self.collect)]
 
     # ------------------------------------------------------------------ helpers
+    def positions(self, seed: int, client_id: int, n: int) -> torch.Tensor:
+        """S_k: fixed positions into client k's data, the same every round (§2.2)."""
+        return fixed_subset(
+            seed,
+            "flea/share",
+            client_id,
+            n,
+            self.share_fraction,
+            self.share_with_replacement,
+            self.share_min_samples,
+        )
+
     def share_positions(self, client_id: int) -> torch.Tensor:
-        """S_k: fixed positions into client k's data, drawn once per client (§2.2)."""
+        """S_k as the server's exposure record sees it (cached)."""
         if client_id not in self._positions:
-            self._positions[client_id] = fixed_subset(
-                self.config.seed,
-                "flea/share",
-                client_id,
-                self.data.client_sizes[client_id],
-                self.share_fraction,
-                self.share_with_replacement,
-                self.share_min_samples,
-            )
+            n = self.data.client_sizes[client_id]
+            self._positions[client_id] = self.positions(self.config.seed, client_id, n)
         return self._positions[client_id]
 
     def dcor_weight_at(self, round_idx: int) -> float:
@@ -229,24 +242,19 @@ class FLea(Strategy):
         use_buffer = not warm and features is not None and features.shape[0] > 0
         buffer_batches: Iterator[torch.Tensor] | None = None
         if use_buffer:
-            buffer_batches = cycle_batches(
+            buffer_batches = shuffled_positions(  # endless
                 features.shape[0], client.train.batch_size, client.rng("buffer"), client.device
             )
         rng = numpy_rng(client.seed, f"{client.phase}/mixup", client.round, client.id)
+        dcors: list[torch.Tensor] = []
 
-        model.train()
-        optimizer = client.make_optimizer(model.parameters())
-        total = torch.zeros((), device=client.device)
-        dcor_total = torch.zeros((), device=client.device)
-        steps = dcor_steps = 0
-        for x, y in client.batches(epochs=epochs):
-            optimizer.zero_grad(set_to_none=True)
+        def step_loss(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+            x, y = batch
             f = model.encode(x, self.split)
             if x.shape[0] > 1:  # dCor needs two samples; a last batch of one gets no term
                 with torch.set_grad_enabled(bool(lam2)):
                     dcor = distance_correlation(x, f, self.dcor_variant)  # type: ignore[arg-type]
-                dcor_total += dcor.detach()
-                dcor_steps += 1
+                dcors.append(dcor.detach())
             else:
                 dcor = torch.zeros((), device=x.device)
             if warm:
@@ -256,18 +264,17 @@ class FLea(Strategy):
             else:
                 take = next(buffer_batches)
                 loss = self._mixed_loss(model, teacher, y, f, features[take], labels[take], rng)
-            if lam2:
-                loss = loss + lam2 * dcor
-            loss.backward()
-            optimizer.step()
-            total += loss.detach()
-            steps += 1
-        mean = finite_mean(total, steps, client)
+            return loss + lam2 * dcor if lam2 else loss
+
+        model.train()
+        optimizer = client.make_optimizer(model.parameters())
+        mean = finite_mean(fit(optimizer, client.batches(epochs=epochs), step_loss), client)
+        dcor_mean = sum(dcors, torch.zeros((), device=client.device)) / max(len(dcors), 1)
         return Update(
             client.id,
             client.num_samples,
             weights=self.flat.flatten(model),
-            metrics={"train_loss": mean, "train_dcor": dcor_total / max(dcor_steps, 1)},
+            metrics={"train_loss": mean, "train_dcor": dcor_mean},
         )
 
     def _warmup_loss(
@@ -343,11 +350,12 @@ class FLea(Strategy):
 
     def extract(self, client: Client, message: Message) -> Update:
         """F_k^(t+1): activations of S_k under the new global model, with their labels."""
-        positions = self.share_positions(client.id).to(client.device)
+        positions = self.positions(client.seed, client.id, client.num_samples)
+        positions = positions.to(client.device)
         if positions.numel() == 0:
             return Update(client.id, client.num_samples)
         model = self.load_weights(client.model, message.weights)
-        x, y = client.dataset.train_batch(client.indices[positions])
+        x, y = client.data(positions)
         return Update(
             client.id,
             client.num_samples,

@@ -3,15 +3,16 @@
 Spec: shared/specs/fedpft.md §4.3 (KD), §7 A15.
 
 One round over clients 0 … I−1 in id order: every client but the last (the sources) trains a
-linear head on its own features and uploads it once (C·d + C numbers in `head_dtype`, counted
-as `bytes_up`); the last client (the destination) trains its own local head, then distils the
-teacher (the source head; with several sources the mean of their logits) into a copy of it with
-CE(student, y) + T²·KL(softmax(t/T) ‖ softmax(s/T)) on its local features, for each temperature
-in `temperatures`, and keeps the student with the best accuracy on a held-out `val_fraction` of
-its own data (§7 A15: selection on a validation split, not on the test set as the paper did).
-The destination's student is the evaluated model. Heads are trained with the run's `train`
-settings (`train.local_epochs` passes for the local heads and for the distillation).
-Deviation: no checkpoint selection within the distillation epochs (the last epoch is kept).
+linear head on its own features and sends it once, straight to the destination (C·d + C numbers
+in `head_dtype`, `Update.to_peers`: counted once in `bytes_peer`); the last client (the
+destination) trains its own local head, then distils the teacher (the source head; with several
+sources the mean of their logits) into a copy of it with CE(student, y) + T²·KL(softmax(t/T) ‖
+softmax(s/T)) on its local features, for each temperature in `temperatures`, and keeps the
+student with the best accuracy on a held-out `val_fraction` of its own data (§7 A15: selection
+on a validation split, not on the test set as the paper did). The destination's student is the
+evaluated model. Heads are trained with the run's `train` settings (`train.local_epochs` passes
+for the local heads and for the distillation). Deviation: no checkpoint selection within the
+distillation epochs (the last epoch is kept).
 """
 
 import copy
@@ -33,6 +34,7 @@ from fedshare.strategies._feature_heads import (
     fit_head,
     fresh_head,
     head_accuracy,
+    head_from_vector,
     head_vector,
     linear_head,
     load_head,
@@ -94,33 +96,31 @@ class KnowledgeDistillation(Strategy):
                 f"destination {n - 1}); set clients.fraction=1"
             )
         self.head = linear_head(ctx.model)
-        self.destination = n - 1
-        self.teachers: list[nn.Linear] = []
-        self.student: nn.Linear | None = None
-        self.selection: dict[str, float] = {}
 
     def broadcast(self, round_idx: int) -> Message:
         return Message()
 
     def client_update(self, client: Client, message: Message) -> Update:
-        classes = self.data.dataset.num_classes
-        if client.id != self.destination:
-            head = local_head(client, classes, self.config.seed, self.l2_normalize)
-            vector = head_vector(head, WIRE_DTYPES[self.head_dtype])
-            return Update(client.id, client.num_samples, weights=vector)
-        if not self.teachers:
-            raise FedshareError("the kd destination received no source head")
+        destination = self.num_clients - 1
+        if client.id != destination:  # a source: its head goes straight to the destination
+            head = local_head(client, self.num_classes, client.seed, self.l2_normalize)
+            sent = Message(weights=head_vector(head, WIRE_DTYPES[self.head_dtype]))
+            return Update(client.id, client.num_samples, to_peers={destination: sent})
         feats, labels = client_features(client, self.l2_normalize)
+        dim = feats.shape[1]
+        teachers = [head_from_vector(m.weights, dim, self.num_classes) for m in client.inbox]
+        if not teachers:
+            raise FedshareError("the kd destination received no source head")
         order = torch.randperm(len(labels), generator=client.rng("kd/val"), device=feats.device)
         n_val = max(1, round(self.val_fraction * len(labels)))
         val, train = order[:n_val], order[n_val:]
-        init = torch_generator(self.config.seed, "oneshot/head_init", device=feats.device)
-        local = fresh_head(feats.shape[1], classes, init, feats.device)
+        init = torch_generator(client.seed, "oneshot/head_init", device=feats.device)
+        local = fresh_head(dim, self.num_classes, init, feats.device)
         fit_head(
             local, feats[train], labels[train], client.train, client.lr, client.rng("kd/local")
         )
-        teacher = MeanTeacher(self.teachers)
-        best, best_acc = None, -1.0
+        teacher = MeanTeacher(teachers)
+        best, best_acc, selection = local, -1.0, {}
         for t in self.temperatures:
             student = copy.deepcopy(local)
             fit_head(
@@ -134,24 +134,23 @@ class KnowledgeDistillation(Strategy):
                 temperature=t,
             )
             acc = head_accuracy(student, feats[val], labels[val])
-            self.selection[f"kd_val_accuracy_T{t:g}"] = acc
+            selection[f"kd_val_accuracy_T{t:g}"] = acc
             if acc > best_acc:
-                best, best_acc, self.selection["kd_temperature"] = student, acc, t
-        self.student = best
-        return Update(client.id, client.num_samples)  # the destination sends nothing
+                best, best_acc, selection["kd_temperature"] = student, acc, t
+        # the student stays on the destination, where the simulation scores it (audit)
+        audit = {"student": head_vector(best, torch.float32), "selection": selection}
+        return Update(client.id, client.num_samples, audit=audit)
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
-        dim, classes = self.head.in_features, self.head.out_features
+        student = None
         for update in updates:
-            if update.weights is not None:
-                w, b = split_head_vector(update.weights, dim, classes)
-                teacher = nn.Linear(dim, classes).to(self.device)
-                load_head(teacher, w, b)
-                self.teachers.append(teacher)
-        if self.student is None:
+            if "student" in update.audit:
+                student = update.audit["student"]
+                self.round_metrics.update(update.audit["selection"])
+        if student is None:
             raise FedshareError("the kd destination did not take part in the round")
-        load_head(self.head, self.student.weight, self.student.bias)
-        self.round_metrics.update(self.selection)
+        dim, classes = self.head.in_features, self.head.out_features
+        load_head(self.head, *split_head_vector(student, dim, classes))
 
     def global_model(self) -> nn.Module:
         if self.l2_normalize:

@@ -36,7 +36,7 @@ from fedshare.engine.flat import FlatState
 from fedshare.errors import FedshareError
 from fedshare.models.base import require_body
 from fedshare.strategies._local import train_local
-from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
+from fedshare.strategies.base import ClientSetup, Message, SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
 
@@ -84,35 +84,38 @@ class MOON(FedAvg):
                 f"strategy.projection_dim={self.projection_dim} must be >= 0 (0: no projection)"
             )
 
-    def setup(self, ctx: SetupContext) -> None:
-        super().setup(ctx)
-        require_body(ctx.model, "moon")
+    def _net(self, model: nn.Module, device: torch.device) -> MoonNet:
+        """`model` with the projection head (if any); the flat state covers both."""
+        require_body(model, "moon")
         projection = None
         if self.projection_dim:
-            d = ctx.model.head.in_features if isinstance(ctx.model.head, nn.Linear) else None
+            d = model.head.in_features if isinstance(model.head, nn.Linear) else None
             if d is None:
                 raise FedshareError("strategy.projection_dim needs a model whose head is a Linear")
             projection = nn.Sequential(
                 nn.Linear(d, d), nn.ReLU(), nn.Linear(d, self.projection_dim)
-            ).to(ctx.device)
-        self.net = MoonNet(ctx.model, projection)
+            ).to(device)
+        return MoonNet(model, projection)
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        self.net = self._net(ctx.model, ctx.device)
         self.flat = FlatState(self.net)  # == FlatState(model) without a projection head
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        """The worker with its own projection head, and scratch copies for the global and the
+        previous model (their weights come from the message and `client.state`)."""
+        super().client_setup(ctx)
+        self.net = self._net(ctx.model, ctx.device)
+        self.flat = FlatState(self.net)
         frozen = copy.deepcopy(self.net).requires_grad_(False).eval()
         self._global_net, self._prev_net = frozen, copy.deepcopy(frozen)
-        self._worker_proj = copy.deepcopy(projection)
-        self._worker: MoonNet | None = None
-
-    def worker(self, client: Client) -> MoonNet:
-        """The engine's worker model with the strategy's worker projection head (no copy)."""
-        if self._worker is None or self._worker.model is not client.model:
-            self._worker = MoonNet(client.model, self._worker_proj)
-        return self._worker
 
     def broadcast(self, round_idx: int) -> Message:
         return Message(weights=self.flat.flatten(self.net))
 
     def client_update(self, client: Client, message: Message) -> Update:
-        net = self.load_weights(self.worker(client), message.weights)
+        net = self.load_weights(self.net, message.weights)  # the worker and its projection
         glob = self.load_weights(self._global_net, message.weights)
         prev = self.load_weights(self._prev_net, client.state.get("prev", message.weights))
 

@@ -33,7 +33,14 @@ from fedshare.functional.calibration import check_eps, log_relaxed_prior
 from fedshare.models.base import require_body
 from fedshare.strategies._calibrated import client_class_counts
 from fedshare.strategies._local import LossFn, train_local
-from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
+from fedshare.strategies.base import (
+    ClientSetup,
+    Message,
+    SetupContext,
+    Strategy,
+    Update,
+    register_strategy,
+)
 
 MEMORY = ("none", "last")
 
@@ -68,6 +75,10 @@ class ReBaFL(Strategy):
         self.dim = int(ctx.model.head.in_features)
         self.prototypes = torch.zeros(self.num_classes, self.dim, device=ctx.device)
         self.proto_mask = torch.zeros(self.num_classes, dtype=torch.bool, device=ctx.device)
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        super().client_setup(ctx)
+        self.dim = int(ctx.model.head.in_features)
 
     def client_eps_of(self, client_id: int) -> float:
         overrides = {int(k): float(v) for k, v in (self.client_eps or {}).items()}

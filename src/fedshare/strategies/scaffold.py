@@ -31,7 +31,14 @@ from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_local
 from fedshare.strategies._param_vector import ParamVector
-from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
+from fedshare.strategies.base import (
+    ClientSetup,
+    Message,
+    SetupContext,
+    Strategy,
+    Update,
+    register_strategy,
+)
 
 
 @register_strategy("scaffold")
@@ -54,6 +61,10 @@ class Scaffold(Strategy):
             raise FedshareError(f"strategy.lr_global={self.lr_global} must be > 0")
         if self.clip_norm < 0:
             raise FedshareError(f"strategy.clip_norm={self.clip_norm} must be >= 0 (0 = off)")
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        super().client_setup(ctx)
+        self.pv = ParamVector(ctx.model, self.flat)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

@@ -18,8 +18,9 @@ model centrally on its base samples plus the shared samples, and the run ends (o
 Privacy (§4, A11): `summary.json` gets the MDS distance of the augmented samples (decoded /
 mixed) to the device's raw contributors (`mds_mean`, `mds_std`), the same for what is
 actually uploaded (`mds_upload_*`, §9), and `upload_target_exposed`, the mean fraction of the
-target blend's non-zero pixels that the upload carries unchanged. To measure them the
-simulation keeps each device's contributor indices on the side (instrumentation, never sent).
+target blend's non-zero pixels that the upload carries unchanged. To measure them each
+upload records which of the device's samples it came from in `Update.audit` (ground truth for
+the measurement: never sent, never counted, never trained on).
 
 Choices where the paper is silent are the spec's recommendations (A1–A14). Deviations: the
 dummy labels a device may pick are those the server also holds (so every code can be
@@ -125,7 +126,6 @@ class SampleSharing(OneShotServer):
                 f"labels ({pool}) are available"
             )
         self.dummy_pool = pool
-        self._audit: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _check_params(self) -> None:
         if self.p < 1 or self.M < 1:
@@ -162,22 +162,22 @@ class SampleSharing(OneShotServer):
     def client_update(self, client: Client, message: Message) -> Update:
         """Algorithm 1: for each target label, `quota` codes of fresh blends (with replacement
         across codes, distinct within a blend; A14); one upload."""
-        if client.id not in self.devices:
+        quotas = message.payload["quota"][client.id].tolist()
+        if not any(quotas):  # the server's own pseudo-client, or a device asked for nothing
             return Update(client.id, 0)
-        ds = self.data.dataset
-        x = to_bytes(ds.x_train[client.indices], ds.scale)
-        y = ds.y_train[client.indices]
+        x_raw, y = client.raw()
+        x = to_bytes(x_raw, client.scale)
         gen = client.rng("encode")
-        usable = [d for d in self.dummy_pool if bool((y == d).any())]
+        dummy_pool = message.payload["dummy_labels"].tolist()
+        usable = [d for d in dummy_pool if bool((y == d).any())]
         if len(usable) < self.M:
             raise FedshareError(
                 f"device {client.id} holds only {len(usable)} of the dummy labels "
-                f"{self.dummy_pool}, fewer than strategy.M={self.M}"
+                f"{dummy_pool}, fewer than strategy.M={self.M}"
             )
         pool = torch.tensor(usable, device=x.device)
         codes, labels, contributors, target_blends = [], [], [], []
-        for j, t in enumerate(self.targets):
-            q = int(message.payload["quota"][client.id, j])
+        for t, q in zip(message.payload["target_labels"].tolist(), quotas, strict=True):
             if q == 0 or not bool((y == t).any()):
                 continue  # nothing asked, or this device holds no sample of label t
             t_ids = torch.full((q,), t, device=x.device)
@@ -191,17 +191,17 @@ class SampleSharing(OneShotServer):
             ids = torch.cat([t_ids[:, None], d_ids], dim=1)
             codes.append(self.encode(t_blend, d_blend, ids))
             labels.append(ids)
-            contributors.append(client.indices[torch.cat([t_pos, d_pos.flatten(1)], dim=1)])
+            contributors.append(torch.cat([t_pos, d_pos.flatten(1)], dim=1))
             target_blends.append(t_blend)
         if not codes:
             return Update(client.id, 0)
-        self._audit[client.id] = (torch.cat(contributors), torch.cat(target_blends))
         upload = torch.cat(codes)
-        dtype = torch.uint8 if ds.num_classes <= 256 else torch.int64
+        dtype = torch.uint8 if client.num_classes <= 256 else torch.int64
         return Update(
             client.id,
             len(upload),
             payload={"samples": upload, "labels": torch.cat(labels).to(dtype)},
+            audit={"positions": torch.cat(contributors), "target_blends": torch.cat(target_blends)},
         )
 
     def _blend_args(self, gen: torch.Generator) -> tuple[float, torch.Generator, str, bool]:
@@ -225,9 +225,10 @@ class SampleSharing(OneShotServer):
             return
         uploads = torch.cat([u.payload["samples"] for u in received])
         labels = torch.cat([u.payload["labels"] for u in received]).long()
-        audits = [self._audit.pop(u.client_id) for u in received]
-        contributors = torch.cat([a[0] for a in audits])
-        target_blends = torch.cat([a[1] for a in audits])
+        contributors = torch.cat(
+            [self.data.client_indices[u.client_id][u.audit["positions"]] for u in received]
+        )
+        target_blends = torch.cat([u.audit["target_blends"] for u in received])
         augmented, y_shared, server_keys = self.augment(uploads, labels, round_idx)
         if y_shared.dim() == 2:  # soft labels: give the base samples one-hot rows
             y_base = F.one_hot(y_base, ds.num_classes).float()
