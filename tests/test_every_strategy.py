@@ -63,7 +63,10 @@ HEAD_LR = {"lr": 1e-2}
 the `fedpft/digits_dir0.3` preset use 1e-2); the matrix trains the heads at 1e-2."""
 NEEDS_SERVER_DATA = ("fedavg_ft",)
 """Strategies that train on data the server holds: 10 % of the training set is carved out."""
-NEEDS_BODY = {(s, "synthetic_mixture") for s in ("fedbabu", "rebafl", "fedavg_ft", "flea", "moon")}
+NEEDS_BODY = {
+    (s, "synthetic_mixture")
+    for s in ("fedbabu", "rebafl", "fedavg_ft", "flea", "moon", "feddecorr")
+}
 """The dataset's default model is a linear head alone: these methods refuse it clearly."""
 NOT_YET_ABOVE_CHANCE = (
     {

@@ -40,3 +40,28 @@ def distillation_kl(
     else:
         raise FedshareError(choices_message("kd_direction", direction, list(KD_DIRECTIONS)))
     return kl.mean() * temperature**2
+
+
+def decorrelation_loss(z: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """FedDecorr's penalty on features `z` (n, d): standardise each dimension over the batch,
+    K = zᵀz, the mean of K's squared off-diagonal entries, divided by n (0 for n = 1)."""
+    n, d = z.shape
+    if n < 2 or d < 2:
+        return z.new_zeros(())
+    z = z - z.mean(dim=0, keepdim=True)
+    z = z / torch.sqrt(eps + z.var(dim=0, keepdim=True))
+    gram = z.T @ z
+    off_diagonal = gram.masked_select(~torch.eye(d, dtype=torch.bool, device=z.device))
+    return off_diagonal.pow(2).mean() / n
+
+
+def not_true_distillation(
+    logits: torch.Tensor, teacher_logits: torch.Tensor, y: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """FedNTD's loss: τ²·KL(p_teacher ‖ p_student) over the not-true classes only (the true
+    class's logit is removed from both vectors before the softmax), batch mean."""
+    keep = torch.ones_like(logits, dtype=torch.bool).scatter_(1, y[:, None], False)
+    c = logits.shape[1]
+    student = logits.masked_select(keep).view(-1, c - 1)
+    teacher = teacher_logits.masked_select(keep).view(-1, c - 1)
+    return distillation_kl(student, teacher, temperature)

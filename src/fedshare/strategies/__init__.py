@@ -18,9 +18,11 @@ from fedshare.strategies.fedavg_ft import FedAvgFT
 from fedshare.strategies.fedbabu import FedBABU
 from fedshare.strategies.fedbn import FedBN
 from fedshare.strategies.feddata import FedData
+from fedshare.strategies.feddecorr import FedDecorr
 from fedshare.strategies.feddyn import FedDyn
 from fedshare.strategies.fedlc import FedLC
 from fedshare.strategies.fedmix import FedMix
+from fedshare.strategies.fedntd import FedNTD
 from fedshare.strategies.fedopt import FedAdam, FedYogi
 from fedshare.strategies.fedpft import DPFedPFT, FedPFT
 from fedshare.strategies.fedpft_chain import FedPFTChain
@@ -49,9 +51,11 @@ __all__ = [
     "FedBABU",
     "FedBN",
     "FedData",
+    "FedDecorr",
     "FedDyn",
     "FedLC",
     "FedMix",
+    "FedNTD",
     "FedPFT",
     "FedPFTChain",
     "FedProx",

@@ -1,0 +1,50 @@
+"""FedDecorr (Shi et al., ICLR 2023): FedAvg whose local loss penalises the correlation of the
+penultimate features, against dimensional collapse under heterogeneous data.
+
+Spec: shared/specs/flea.md §5 (FLea's baseline; its code adds 0.1 × the penalty). Local loss:
+CE + `beta` · L_decorr(z), with z the head's input (`model.features`) and L_decorr of
+`fedshare.functional.losses.decorrelation_loss`: standardise each dimension over the batch,
+K = zᵀz, mean squared off-diagonal entry of K, divided by the batch size. Aggregation is
+FedAvg. `beta = 0` is FedAvg exactly.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.engine.client import Client
+from fedshare.errors import FedshareError
+from fedshare.functional.losses import decorrelation_loss
+from fedshare.models.base import require_body
+from fedshare.strategies.base import ClientSetup, Message, Update, register_strategy
+from fedshare.strategies.fedavg import FedAvg
+
+
+@register_strategy("feddecorr")
+@dataclass
+class FedDecorr(FedAvg):
+    """CE + β·L_decorr(penultimate features); FedAvg aggregation."""
+
+    beta: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.beta < 0:
+            raise FedshareError(f"strategy.beta={self.beta} must be >= 0 (0 is FedAvg)")
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        super().client_setup(ctx)
+        require_body(ctx.model, self.name)
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        model = self.load_weights(client.model, message.weights)
+
+        split = model.num_blocks - 1  # the head's input
+
+        def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            f = net.encode(x, split)  # type: ignore[operator]
+            loss = F.cross_entropy(net.decode(f, split), y)  # type: ignore[operator]
+            return loss + self.beta * decorrelation_loss(f.flatten(1)) if self.beta else loss
+
+        return self.trained_update(client, model, loss_fn)

@@ -1,0 +1,56 @@
+"""FedNTD (Lee et al., NeurIPS 2022): FedAvg whose local loss distils the global model's
+predictions on the not-true classes, so local training does not forget what the client lacks.
+
+Spec: shared/specs/flea.md §5 (FLea's baseline, the original paper's defaults). Local loss:
+CE + `beta` · τ²·KL(p_global ‖ p_local), both distributions softmax(logits/τ) over the classes
+other than the sample's label (`fedshare.functional.losses.not_true_distillation`); the global
+model is the round's broadcast, frozen in eval mode. `beta = 0` is FedAvg exactly.
+"""
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.engine.client import Client
+from fedshare.errors import FedshareError
+from fedshare.functional.losses import not_true_distillation
+from fedshare.strategies.base import ClientSetup, Message, Update, register_strategy
+from fedshare.strategies.fedavg import FedAvg
+
+
+@register_strategy("fedntd")
+@dataclass
+class FedNTD(FedAvg):
+    """CE + β·not-true distillation from the frozen global model; FedAvg aggregation."""
+
+    beta: float = 1.0
+    tau: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.beta < 0:
+            raise FedshareError(f"strategy.beta={self.beta} must be >= 0 (0 is FedAvg)")
+        if self.tau <= 0:
+            raise FedshareError(f"strategy.tau={self.tau} must be > 0 (the temperature)")
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        """A scratch copy of the model holds the frozen global model of each round."""
+        super().client_setup(ctx)
+        self.teacher = copy.deepcopy(ctx.model).requires_grad_(False)
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        model = self.load_weights(client.model, message.weights)
+        teacher = self.load_weights(self.teacher, message.weights).eval()
+
+        def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            logits = net(x)
+            loss = F.cross_entropy(logits, y)
+            if not self.beta:
+                return loss
+            with torch.no_grad():
+                target = teacher(x)
+            return loss + self.beta * not_true_distillation(logits, target, y, self.tau)
+
+        return self.trained_update(client, model, loss_fn)
