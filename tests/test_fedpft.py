@@ -181,7 +181,6 @@ def test_oneshot_average_weightings():
         strategy = make_strategy("oneshot_avg", {"weighting": weighting})
         strategy.head = torch.nn.Linear(2, 2)
         updates = [Update(0, 10, weights=heads[0]), Update(1, 990, weights=heads[1])]
-        assert strategy.client_weight(updates[0]) == (10.0 if weighting == "samples" else 1.0)
         strategy.aggregate(updates, 0)
         means[weighting] = torch.cat([strategy.head.weight.flatten(), strategy.head.bias])
     torch.testing.assert_close(means["uniform"], (heads[0] + heads[1]) / 2)
@@ -254,7 +253,7 @@ def test_chain_hops_and_destination_head(digits64):
     assert result.summary["bytes_shared"] == gmm_bytes(64, 2, len(sent), "diag") + 8 * len(sent)
     # one hop, client to client: no server sees it
     assert result.summary["bytes_peer"] == result.summary["bytes_shared"]
-    assert result.summary["bytes_up"] == 0
+    assert result.summary["bytes_up"] == result.summary["bytes_down"] == 0
     assert record["hop_params"][1] == 0
     assert record["chain_accuracy"][-1] == pytest.approx(result.final_accuracy, abs=1e-3)
     assert max(record["local_accuracy"]) < 55  # half the classes alone
@@ -358,3 +357,19 @@ def test_presets_and_table_rows_compose(preset):
                 PARTITIONERS.get(plain["partition"]["name"]), part, "partition", "p", skip=3
             )
             assert plain["rounds"] == 1 and plain["model"]["name"] == "linear"
+
+
+@pytest.mark.parametrize("name", ["ensemble", "oneshot_avg"])
+def test_heads_sent_to_the_last_client_count_one_transfer_and_match_the_server_form(digits64, name):
+    """Table 2's source → destination: the source's head goes straight to the destination
+    (bytes_peer, nothing up or down); the destination combines exactly what a server would."""
+    fed = federate(digits64, {"name": "task", "tasks": 2}, 2, 0)
+    star = run(name, {}, fed)
+    pair = run(name, {"to_last_client": True}, fed)
+    assert pair.final_accuracy == star.final_accuracy
+    head = head_bytes(64, 10)
+    assert pair.summary["bytes_peer"] == head + 8  # one head and its sample count
+    assert (pair.summary["bytes_up"], pair.summary["bytes_down"]) == (0, 0)
+    assert star.summary["bytes_up"] == 2 * head and star.summary["bytes_peer"] == 0
+    with pytest.raises(FedshareError, match=r"clients\.fraction=1"):
+        run(name, {"to_last_client": True}, fed, clients={"fraction": 0.5})

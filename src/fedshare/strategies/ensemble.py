@@ -4,7 +4,9 @@ Spec: shared/specs/fedpft.md §4.3 (Ensemble), §7 A8, A13; §3 (each client sen
 
 One round: each client trains a linear head on its own features (`feature_heads.local_head`,
 common initialisation, the run's `train` settings) and uploads it once (C·d + C numbers in
-`head_dtype`, counted as `bytes_up`). The server keeps every head; the global model predicts
+`head_dtype`, counted as `bytes_up`; with `to_last_client=true` the sources send theirs to the
+last client instead, Table 2's one transfer, `_head_exchange`). The server (or the last
+client) keeps every head; the global model predicts
 with the softmax of every head combined by `rule`: "max" (the paper: the class with the highest
 probability across all models) or "mean" (the mean of the probabilities; §7 A13 notes that max
 is unstable under Dir(0.1)). The evaluated output is the log of the combined probabilities
@@ -29,6 +31,7 @@ from fedshare.strategies._feature_heads import (
     local_head,
     split_head_vector,
 )
+from fedshare.strategies._head_exchange import HeadExchange
 from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
 
 RULES = ("max", "mean")
@@ -65,7 +68,7 @@ class EnsembleClassifier(nn.Module):
 
 @register_strategy("ensemble")
 @dataclass
-class Ensemble(Strategy):
+class Ensemble(HeadExchange, Strategy):
     """Prediction by the ensemble of the clients' local heads (max or mean rule)."""
 
     one_shot: ClassVar[bool] = True
@@ -84,6 +87,7 @@ class Ensemble(Strategy):
             raise FedshareError(
                 choices_message("strategy.head_dtype", self.head_dtype, list(WIRE_DTYPES))
             )
+        self.check_topology(ctx)
         self.head = linear_head(ctx.model)
         self.ensemble: EnsembleClassifier | None = None
 
@@ -92,16 +96,13 @@ class Ensemble(Strategy):
 
     def client_update(self, client: Client, message: Message) -> Update:
         head = local_head(client, self.num_classes, client.seed, self.l2_normalize)
-        vector = head_vector(head, WIRE_DTYPES[self.head_dtype])
-        return Update(client.id, client.num_samples, weights=vector)
+        return self.head_update(client, head_vector(head, WIRE_DTYPES[self.head_dtype]))
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
         dim, classes = self.head.in_features, self.head.out_features
         weights, biases = [], []
-        for update in updates:
-            if update.weights is None:
-                continue
-            w, b = split_head_vector(update.weights, dim, classes)
+        for vector, _ in self.heads_of(updates):
+            w, b = split_head_vector(vector, dim, classes)
             weights.append(w)
             biases.append(b)
         if not weights:

@@ -147,5 +147,9 @@ class FedPFTChain(FedPFT):
             self._summary["local_accuracy"] = local
         self.round_metrics.update(self._summary)
 
+    def final_download(self) -> None:
+        """Nothing: there is no server, and every client keeps the head it trained."""
+        return None
+
     def _load(self, vector: torch.Tensor) -> torch.nn.Linear:
         return head_from_vector(vector, self.head.in_features, self.head.out_features)

@@ -152,6 +152,10 @@ class KnowledgeDistillation(Strategy):
         dim, classes = self.head.in_features, self.head.out_features
         load_head(self.head, *split_head_vector(student, dim, classes))
 
+    def final_download(self) -> None:
+        """Nothing: the student is on the destination, the only client that uses it."""
+        return None
+
     def global_model(self) -> nn.Module:
         if self.l2_normalize:
             return FeatureClassifier(self.model, self.head, l2_normalize=True)

@@ -4,10 +4,12 @@ Spec: shared/specs/fedpft.md §4.3 (Average), §7 A8, A14.
 
 One round: each client trains a linear head on its own features from a common initialisation
 (`feature_heads.local_head`, the run's `train` settings) and uploads it once (C·d + C numbers
-in `head_dtype`, counted as `bytes_up`); the global head is the mean of the clients' W and b,
-weighted by `weighting`: "samples" (n_i, the default: §7 A14's FedAvg convention; the paper does
-not say which weighting) or "uniform" (1/I each). Under unbalanced task shifts sample weights
-make the minority client's classes vanish (digits proxy, two clients: 46.9 vs 62.4 uniform).
+in `head_dtype`, counted as `bytes_up`; with `to_last_client=true` the sources send theirs to
+the last client instead, Table 2's one transfer, `_head_exchange`); the global head is the mean
+of the clients' W and b, weighted by `weighting`: "samples" (n_i, the default: §7 A14's FedAvg
+convention; the paper does not say which weighting) or "uniform" (1/I each). Under unbalanced
+task shifts sample weights make the minority client's classes vanish (digits proxy, two
+clients: 46.9 vs 62.4 uniform).
 """
 
 from collections.abc import Iterable, Mapping
@@ -29,6 +31,7 @@ from fedshare.strategies._feature_heads import (
     local_head,
     split_head_vector,
 )
+from fedshare.strategies._head_exchange import HeadExchange
 from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
 
 WEIGHTINGS = ("samples", "uniform")
@@ -36,7 +39,7 @@ WEIGHTINGS = ("samples", "uniform")
 
 @register_strategy("oneshot_avg")
 @dataclass
-class OneShotAverage(Strategy):
+class OneShotAverage(HeadExchange, Strategy):
     """The (sample- or uniformly) weighted mean of locally trained heads, after one upload."""
 
     one_shot: ClassVar[bool] = True
@@ -57,6 +60,7 @@ class OneShotAverage(Strategy):
             raise FedshareError(
                 choices_message("strategy.weighting", self.weighting, list(WEIGHTINGS))
             )
+        self.check_topology(ctx)
         self.head = linear_head(ctx.model)
 
     def broadcast(self, round_idx: int) -> Message:
@@ -64,19 +68,13 @@ class OneShotAverage(Strategy):
 
     def client_update(self, client: Client, message: Message) -> Update:
         head = local_head(client, self.num_classes, client.seed, self.l2_normalize)
-        return Update(
-            client.id, client.num_samples, weights=head_vector(head, WIRE_DTYPES[self.head_dtype])
-        )
-
-    def client_weight(self, update: Update) -> float:
-        """The weight of one client's head in the mean."""
-        return 1.0 if self.weighting == "uniform" else update.aggregation_weight
+        return self.head_update(client, head_vector(head, WIRE_DTYPES[self.head_dtype]))
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
         mean = RunningMean()
-        for update in updates:
-            if update.weights is not None and update.num_samples > 0:
-                mean.add(update.weights.float(), self.client_weight(update))
+        for vector, samples in self.heads_of(updates):
+            if samples > 0:  # a client without data trained nothing
+                mean.add(vector.float(), 1.0 if self.weighting == "uniform" else samples)
         w, b = split_head_vector(mean.value(), self.head.in_features, self.head.out_features)
         load_head(self.head, w, b)
 
