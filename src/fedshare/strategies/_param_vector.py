@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from fedshare.engine.flat import FlatState
+from fedshare.strategies.base import ClientSetup, SetupContext, Strategy
 
 
 class ParamVector:
@@ -49,3 +50,15 @@ class ParamVector:
                 chunks.append(chunk.view_as(p.grad))
         if grads:
             torch._foreach_add_(grads, chunks, alpha=alpha)
+
+
+class ParamVectorStrategy(Strategy):
+    """A strategy whose both sides keep per-parameter vectors: `self.pv` on each side."""
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        self.pv = ParamVector(ctx.model, self.flat)
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        super().client_setup(ctx)
+        self.pv = ParamVector(ctx.model, self.flat)

@@ -28,12 +28,10 @@ from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_local
-from fedshare.strategies._param_vector import ParamVector
+from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import (
-    ClientSetup,
     Message,
     SetupContext,
-    Strategy,
     Update,
     register_strategy,
 )
@@ -41,7 +39,7 @@ from fedshare.strategies.base import (
 
 @register_strategy("feddyn")
 @dataclass
-class FedDyn(Strategy):
+class FedDyn(ParamVectorStrategy):
     """FedDyn with the dynamic regulariser of weight `alpha` (> 0)."""
 
     alpha: float = 1e-4
@@ -52,13 +50,8 @@ class FedDyn(Strategy):
                 f"strategy.alpha={self.alpha} must be > 0 (the server divides h by alpha)"
             )
 
-    def client_setup(self, ctx: ClientSetup) -> None:
-        super().client_setup(ctx)
-        self.pv = ParamVector(ctx.model, self.flat)
-
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        self.pv = ParamVector(ctx.model, self.flat)
         self.h = torch.zeros(self.pv.numel, device=ctx.device)
 
     def client_update(self, client: Client, message: Message) -> Update:

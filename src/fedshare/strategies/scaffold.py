@@ -30,12 +30,10 @@ from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_local
-from fedshare.strategies._param_vector import ParamVector
+from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import (
-    ClientSetup,
     Message,
     SetupContext,
-    Strategy,
     Update,
     register_strategy,
 )
@@ -43,7 +41,7 @@ from fedshare.strategies.base import (
 
 @register_strategy("scaffold")
 @dataclass
-class Scaffold(Strategy):
+class Scaffold(ParamVectorStrategy):
     """SCAFFOLD with option II control-variate updates; c and c_i cover the trainable
     parameters (buffers such as BatchNorm statistics are averaged as in FedAvg)."""
 
@@ -62,13 +60,8 @@ class Scaffold(Strategy):
         if self.clip_norm < 0:
             raise FedshareError(f"strategy.clip_norm={self.clip_norm} must be >= 0 (0 = off)")
 
-    def client_setup(self, ctx: ClientSetup) -> None:
-        super().client_setup(ctx)
-        self.pv = ParamVector(ctx.model, self.flat)
-
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        self.pv = ParamVector(ctx.model, self.flat)
         self.c = torch.zeros(self.pv.numel, device=ctx.device)
 
     def broadcast(self, round_idx: int) -> Message:
