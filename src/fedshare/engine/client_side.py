@@ -34,7 +34,9 @@ class ClientSetup:
     """What every client knows before round 0; weights and everything else arrive in messages."""
 
     model: nn.Module
-    """The worker model: the architecture (its weights are whatever the last client left)."""
+    """The worker model. At `client_setup` it holds the initial model's weights (the run's
+    seed; every client knows them, FedBN starts its local BN there); afterwards, whatever the
+    last client left."""
     train: TrainConfig
     seed: int
     device: torch.device

@@ -5,7 +5,9 @@ Each client keeps its own BatchNorm state (weight, bias, running mean and varian
 layer) in `client.state["bn"]`; the server broadcasts, and the clients upload, only the non-BN
 entries, whose sample-weighted mean is the next global model. A client's first participation
 starts from the BN state of the initial (round-0) model, as every FedBN client starts from the
-same initialisation. A model without BN layers gives FedAvg exactly.
+same initialisation: the client side derives it in `client_setup` from the worker, which holds
+the initial weights before round 0; it is not sent. A model without BN layers gives FedAvg
+exactly.
 
 Evaluation on the global test set (the paper evaluates personalised models only; fedaa.md §5
 recommends this choice): the global model is the averaged non-BN weights plus the n_k-weighted
