@@ -13,6 +13,11 @@ def payload_bytes(payload: dict[str, torch.Tensor]) -> int:
     return sum(tensor_bytes(t) for t in payload.values())
 
 
+def message_bytes(weights: torch.Tensor | None, payload: dict[str, torch.Tensor]) -> int:
+    """Bytes of one message: its weights and its payload."""
+    return tensor_bytes(weights) + payload_bytes(payload)
+
+
 @dataclass
 class Traffic:
     """Running totals. `bytes_shared` counts only non-weight payloads, in both directions."""
@@ -37,7 +42,7 @@ class Traffic:
     def sent_personal(self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor]) -> None:
         """A message to one client."""
         self.sent_down(weights, payload, 1)
-        self.bytes_down_personal += tensor_bytes(weights) + payload_bytes(payload)
+        self.bytes_down_personal += message_bytes(weights, payload)
 
     def sent_up(self, weights: torch.Tensor | None, payload: dict[str, torch.Tensor]) -> None:
         extra = payload_bytes(payload)

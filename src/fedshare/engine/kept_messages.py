@@ -10,10 +10,10 @@
 Both are checkpointed with the run.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from fedshare.engine.accounting import payload_bytes, tensor_bytes
+from fedshare.engine.accounting import message_bytes
 from fedshare.engine.messages import Message
 
 
@@ -50,11 +50,7 @@ class KeptMessages:
     @property
     def bytes_held(self) -> int:
         """Bytes the simulation stores (each message once)."""
-        return sum(
-            tensor_bytes(m.weights) + payload_bytes(m.payload)
-            for messages in self._messages.values()
-            for m in messages
-        )
+        return _stored_bytes(self._messages.values())
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +67,10 @@ class KeptMessages:
             for phase, messages in state.get("messages", {}).items()
         }
         self._held = {int(cid): dict(held) for cid, held in state.get("held", {}).items()}
+
+
+def _stored_bytes(groups: Iterable[list[Message]]) -> int:
+    return sum(message_bytes(m.weights, m.payload) for messages in groups for m in messages)
 
 
 def _message_state(m: Message) -> dict[str, Any]:
@@ -97,11 +97,7 @@ class Inboxes:
 
     @property
     def bytes_held(self) -> int:
-        return sum(
-            tensor_bytes(m.weights) + payload_bytes(m.payload)
-            for messages in self._waiting.values()
-            for m in messages
-        )
+        return _stored_bytes(self._waiting.values())
 
     def state_dict(self) -> dict[int, list[dict[str, Any]]]:
         return {cid: [_message_state(m) for m in ms] for cid, ms in self._waiting.items()}
