@@ -30,6 +30,7 @@ CASES: dict[str, tuple[tuple[int, ...], int]] = {
     "resnet20_cifar": ((3, 32, 32), 10),
     "resnet18": ((3, 32, 32), 10),
     "resnet50": ((3, 32, 32), 10),
+    "fedaa_cnn": ((3, 32, 32), 10),
 }
 
 
@@ -64,7 +65,7 @@ def test_decode_of_encode_equals_forward_at_every_split(name):
 
 
 # Parameter counts: flea.md §4.2/§3 (with BatchNorm running-statistics values), rebafl.md §4.2,
-# xormixfl.md §7 A8, SOURCES.md §3 (ResNet-20 checkpoint).
+# xormixfl.md §7 A8, SOURCES.md §3 (ResNet-20 checkpoint), fedaa.md §4.4.
 @pytest.mark.parametrize(
     ("name", "params", "bn_values"),
     [
@@ -75,6 +76,7 @@ def test_decode_of_encode_equals_forward_at_every_split(name):
         ("lenet_cifar", 107_680, 0),
         ("cnn_mnist", 1_199_882, 0),
         ("resnet20_cifar", 269_722, None),
+        ("fedaa_cnn", 2_948_554, 0),
     ],
 )
 def test_parameter_counts_match_the_specs(name, params, bn_values):
@@ -116,6 +118,7 @@ FLEA_SPLITS: dict[str, tuple[list[str], tuple[int, ...]]] = {
     "resnet18": (["stem", "layer1"], (64, 8, 8)),
     "resnet50": (["stem", "layer1"], (256, 8, 8)),
     "mlp": (["fc1"], (200,)),
+    "fedaa_cnn": (["conv1"], (64, 14, 14)),
 }
 
 

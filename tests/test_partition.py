@@ -401,6 +401,7 @@ SETTINGS = {
     "pathological": ({"per_class": 20}, 10),
     "clustered": ({"client_size": 40}, 10),
     "shards": ({}, 10),
+    "islands": ({}, 10),
     "xormix": ({"m": 20}, 4),
     "task": ({}, 4),
     "covariate": ({}, 8),

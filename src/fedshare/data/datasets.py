@@ -36,6 +36,7 @@ COMMON_KEYS = (
     "root",
     "download",
     "cache",
+    "class_subset",
     "train_subset",
     "test_subset",
     "normalize",
@@ -53,7 +54,8 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
 def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
     """Load `cfg.name` with its options, then apply the options every dataset honours.
 
-    Common keys: `root`, `download`, `cache` (use the processed-tensor cache), `train_subset`
+    Common keys: `root`, `download`, `cache` (use the processed-tensor cache), `class_subset`
+    (keep that many randomly drawn classes, FedAA's CIFAR-100 "data islands"), `train_subset`
     (a class-balanced subset of the training set), `test_subset`, `normalize` (per-channel
     mean/std), `augment` (batch augmentation).
     """
@@ -68,6 +70,8 @@ def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
         cache=bool(cfg.get("cache", True)),
     )
     data = loader(request, **options)
+    if cfg.get("class_subset") is not None:
+        data = keep_classes(data, int(cfg["class_subset"]), numpy_rng(seed, "class_subset"))
     for split, labels in (("train", data.y_train), ("test", data.y_test)):
         size = cfg.get(f"{split}_subset")
         if size is not None and not 0 < size <= len(labels):
@@ -94,6 +98,37 @@ def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
 
         data = extract_features(data, cfg, request)
     return data
+
+
+def keep_classes(data: Dataset, count: int, rng: np.random.Generator) -> Dataset:
+    """`data` restricted to `count` classes drawn at random, relabelled 0..count-1 in ascending
+    order of the original ids; the test set keeps the same classes. `source` records which."""
+    if not 1 <= count <= data.num_classes:
+        raise FedshareError(
+            f"data.class_subset={count} must be between 1 and the {data.num_classes} classes "
+            f"of {data.name}"
+        )
+    kept = np.sort(rng.choice(data.num_classes, size=count, replace=False))
+    relabel = torch.full((data.num_classes,), -1, dtype=torch.long)
+    relabel[torch.from_numpy(kept)] = torch.arange(count)
+
+    def restrict(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keep = relabel[y] >= 0
+        return x[keep], relabel[y[keep]].to(y.dtype)
+
+    x_train, y_train = restrict(data.x_train, data.y_train)
+    x_test, y_test = restrict(data.x_test, data.y_test)
+    note = f"classes {kept.tolist()} of {data.num_classes}"
+    return replace(
+        data,
+        x_train=x_train,
+        y_train=y_train,
+        x_test=x_test,
+        y_test=y_test,
+        num_classes=count,
+        class_names=None if data.class_names is None else [data.class_names[c] for c in kept],
+        source=note if data.source is None else f"{data.source}; {note}",
+    )
 
 
 def balanced_subset(labels: np.ndarray, size: int, rng: np.random.Generator) -> torch.Tensor:

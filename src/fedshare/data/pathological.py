@@ -1,7 +1,7 @@
-"""ReBaFL's label-set partitioners: pathological, clustered and shards.
+"""Label-set partitioners: ReBaFL's pathological, clustered and shards; FedAA's islands.
 
 Reference: ReBaFL (specs/rebafl.md §4.3, §7.13, §7.16); the shard split follows McMahan et al.
-(2017) for ReBaFL's Table III.
+(2017) for ReBaFL's Table III and FedAA's Table 2 (one shard per client); islands: fedaa.md §4.1.
 """
 
 from collections.abc import Sequence
@@ -160,6 +160,19 @@ def clustered(
     knob = f"partition.client_size={client_size}"
     indices = take_from_pools(labels, rng, sets, counts, reuse, "clustered", knob)
     return Split(indices, groups, [f"cluster{g} ({s} classes)" for g, s in enumerate(sizes)])
+
+
+@register_partition("islands")
+def islands(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """FedAA's "data islands" (fedaa.md §4.1): one client per class, holding every sample of
+    its class; the class-to-client assignment is a random permutation."""
+    present = np.unique(labels)
+    if num_clients != len(present):
+        raise FedshareError(
+            f"partition islands gives each of the {len(present)} classes to one client, so it "
+            f"needs clients.num={len(present)}, got {num_clients}"
+        )
+    return [np.flatnonzero(labels == c) for c in rng.permutation(present)]
 
 
 @register_partition("shards")

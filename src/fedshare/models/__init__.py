@@ -3,6 +3,7 @@
 from fedshare.models import (  # noqa: F401  (registers the models)
     audionet,
     cnn,
+    fedaa_cnn,
     harnet,
     lenet,
     mlp,

@@ -2,8 +2,9 @@
 
 A table lives in `fedshare/paper/tables/<paper>.json`: a header (paper, table, metric, ...)
 and `entries`, each `{"preset": "<experiment preset>", "method": "<strategy>", "mean", "std"}`
-(accuracies in percent, like `summary.json`). `compare` applies the project's tolerance for
-paper-scale regression tests: max(k·std, floor) points.
+(accuracies in percent, like `summary.json`; optionally `ci95`, a printed interval's
+half-width). `compare` applies the project's tolerance for paper-scale regression tests:
+max(k·std, floor) points.
 """
 
 import json
@@ -22,6 +23,8 @@ class PaperEntry:
     method: str
     mean: float
     std: float
+    ci95: float | None = None
+    """The printed 95 % interval's half-width, for tables that report one (FedAA)."""
 
 
 @dataclass(frozen=True)

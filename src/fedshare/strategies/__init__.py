@@ -13,6 +13,7 @@ from fedshare.strategies.base import (
 from fedshare.strategies.bsm_fedavg import BSMFedAvg
 from fedshare.strategies.centralized import Centralized
 from fedshare.strategies.ensemble import Ensemble
+from fedshare.strategies.fedaa import FedAA
 from fedshare.strategies.fedavg import FedAvg
 from fedshare.strategies.fedavg_ft import FedAvgFT
 from fedshare.strategies.fedbabu import FedBABU
@@ -45,6 +46,7 @@ __all__ = [
     "DPFedPFT",
     "Ensemble",
     "FLea",
+    "FedAA",
     "FedAdam",
     "FedAvg",
     "FedAvgFT",

@@ -1,0 +1,69 @@
+"""FedAA's classification CNN (fedaa.md §4.4, [REC] architecture).
+
+The paper gives F = "two convolutional layers with 64 and 256 filters, followed by two fully
+connected layers" and T = one FC layer; the spec's reading: 5×5 conv (no padding) → ReLU →
+2×2 max-pool, twice, then FC 384 → ReLU → FC 192 → ReLU (the FedAvg-era CIFAR CNN's widths),
+and a linear head. 2,948,554 parameters on 3×32×32 with 10 classes; d_F = 192.
+
+Blocks: `conv1`, `conv2`, `fc` (both FC layers, the 192-d features F(x)), `head`. FLea's split
+is after `conv1`; the default `share_layer` is the penultimate split (F's output, what FedAA's
+identifier and MOON's representation use). `batchnorm=True` adds BatchNorm after conv1, conv2
+and the first FC layer (the spec's FedBN variant, §5 and §7 item 11; the paper never mentions
+BN). A BatchNorm1d in training mode needs more than one sample per batch: with batch 256 the
+paper's client sizes (500, 5,000) never leave a last batch of one. `channels` and `hidden`
+scale the model down for CPU checks (fedaa.md §8).
+"""
+
+from collections.abc import Sequence
+
+from torch import nn
+
+from fedshare.errors import FedshareError
+from fedshare.models.base import (
+    HEAD,
+    BlockModel,
+    conv_out,
+    input_error,
+    register_model,
+    require_input,
+)
+
+KERNEL = 5
+
+
+@register_model("fedaa_cnn")
+def fedaa_cnn(
+    input_shape: Sequence[int],
+    num_classes: int,
+    channels: Sequence[int] = (64, 256),
+    hidden: Sequence[int] = (384, 192),
+    batchnorm: bool = False,
+    share_layer: int | None = None,
+) -> BlockModel:
+    """Two 5×5 conv + pool blocks, an FC block of `hidden` widths (F), a linear head (T)."""
+    what = "C×H×W images"
+    require_input("fedaa_cnn", input_shape, 3, what)
+    if len(channels) != 2 or len(hidden) != 2:
+        raise FedshareError(
+            f"model fedaa_cnn needs two conv widths and two FC widths, got "
+            f"channels={list(channels)}, hidden={list(hidden)}"
+        )
+    c, h, w = input_shape
+    blocks: list[tuple[str, nn.Module]] = []
+    for i, out in enumerate(channels):
+        norm = [nn.BatchNorm2d(out)] if batchnorm else []
+        conv = nn.Conv2d(c, out, KERNEL)
+        blocks.append((f"conv{i + 1}", nn.Sequential(conv, *norm, nn.ReLU(), nn.MaxPool2d(2))))
+        c = out
+        h, w = (conv_out(conv_out(s, KERNEL), 2, 2) for s in (h, w))
+        if h < 1 or w < 1:
+            raise input_error("fedaa_cnn", input_shape, f"{what} of at least 16×16")
+    fc1, fc2 = hidden
+    fc: list[nn.Module] = [nn.Flatten(), nn.Linear(c * h * w, fc1)]
+    fc += [nn.BatchNorm1d(fc1)] if batchnorm else []
+    fc += [nn.ReLU(), nn.Linear(fc1, fc2), nn.ReLU()]
+    blocks += [("fc", nn.Sequential(*fc)), (HEAD, nn.Linear(fc2, num_classes))]
+    penultimate = len(blocks) - 1
+    return BlockModel(
+        blocks, share_layer=penultimate if share_layer is None else share_layer, flea_layer=1
+    )

@@ -1,0 +1,370 @@
+"""FedAA (Chen et al., "FedAA: Using Non-sensitive Modality to Solve Non-IID Puzzles in
+Federated Learning"; spec: shared/specs/fedaa.md).
+
+One round, two exchanges with the same cohort (§2.2, Algorithm 4):
+
+A. (`train` phase) each client trains E1 = `train.local_epochs` epochs from the global model
+   and uploads its model and its non-sensitive items: the ids of the classes it holds
+   (§1.2, §2.10: every distinct local label; int16, counted as shared bytes).
+B. (server, in the `train` phase's aggregate)
+   1. for each client k, `adv_per_label` inputs per shared label, optimised from N(0, σ²) noise
+      with L-BFGS(-B) until k's frozen model assigns them k's labels (Eq. 4,
+      `fedshare.functional.fooling`);
+   2. each client's model fine-tuned on the *other* clients' examples and labels (Eq. 5: SGD,
+      `finetune_epochs` epochs, §2.5 [REC]), then the n_k-weighted mean: F_avg (Eq. 6);
+   3. a fresh identifier I_k per client (`_identifier`, re-initialised every round) trained
+      with Adam to tell k's examples from the others' on F_avg's frozen features (Eq. 6).
+C. (`second` phase) each client receives F_avg and, addressed to it alone, its own I_k
+   (`Phase.personal`, counted per receiver), and trains `second_epochs` epochs on
+   CE + λ·softplus(I_k(F(x))) (Eq. 7: gradient into F only, I_k frozen), then uploads.
+D. the n_k-weighted mean of the second-pass models is the round's global model.
+
+Adversarial examples and identifiers never leave the server except I_k to client k; both are
+discarded at the end of the round. Ablations (§2.9): `identifier=false` is Non-I (phase C runs
+as a plain `second_epochs` pass, λ = 0, no identifier trained or sent: equal compute);
+`finetune=false` is Non-F (F_avg is the mean of the phase-A models; examples are still
+synthesised for the identifier).
+
+Choices the paper leaves open follow the spec's [REC]: n_adv = 32 per (client, label), σ = 1
+in the normalised input space clipped to the box of valid pixels (uint8 images; other data are
+unbounded), scipy L-BFGS-B with maxiter 100 (`adv_solver=torch` for torch's L-BFGS on the run
+device), fine-tune SGD lr 0.0025 × 10 epochs × batch 256, identifier 512 hidden, Adam 4e-4
+β = (0.5, 0.9), 10 epochs, batch 256, λ = 1, n_k/n weights everywhere (§7 items 1–9, 17).
+Each round's metrics log the examples' loss before/after and the share the generating model
+assigns to its target (at one class per client a locally trained model already predicts it for
+noise, §2.4), the identifiers' balanced accuracy, and the time of each stage.
+"""
+
+import copy
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.engine.aggregation import RunningMean
+from fedshare.engine.client import Client
+from fedshare.engine.flat import FlatState
+from fedshare.engine.rng import derive_seed, torch_generator
+from fedshare.engine.training import fit, shuffled_positions
+from fedshare.errors import FedshareError
+from fedshare.functional.fooling import SOLVERS, Box, fool
+from fedshare.models.base import require_body
+from fedshare.strategies._identifier import ClientIdentifier, train_identifier
+from fedshare.strategies._local import train_local
+from fedshare.strategies.base import (
+    ClientSetup,
+    Message,
+    Phase,
+    SetupContext,
+    Update,
+    register_strategy,
+)
+from fedshare.strategies.fedavg import FedAvg
+
+LABELS = "labels"
+IDENTIFIER = "identifier"
+
+
+@dataclass
+class _Uploads:
+    """What phase A's cohort uploaded, in arrival order."""
+
+    clients: list[int] = field(default_factory=list)
+    sizes: list[float] = field(default_factory=list)
+    weights: list[torch.Tensor] = field(default_factory=list)
+    labels: list[torch.Tensor] = field(default_factory=list)
+
+
+@register_strategy("fedaa")
+@dataclass
+class FedAA(FedAvg):
+    """Local training, server-side adversarial fine-tuning and per-client identifiers, then a
+    second local pass against the client's own identifier (module docstring)."""
+
+    second_epochs: int = 1
+    adv_per_label: int = 32
+    adv_init_std: float = 1.0
+    adv_solver: str = "lbfgsb"
+    adv_max_iter: int = 100
+    finetune: bool = True
+    finetune_epochs: int = 10
+    finetune_lr: float = 0.0025
+    finetune_batch_size: int = 256
+    identifier: bool = True
+    identifier_hidden: int = 512
+    identifier_epochs: int = 10
+    identifier_batch_size: int = 256
+    identifier_lr: float = 4e-4
+    identifier_betas: list[float] = field(default_factory=lambda: [0.5, 0.9])
+    adv_loss_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        positive = {
+            "second_epochs": self.second_epochs,
+            "adv_per_label": self.adv_per_label,
+            "adv_max_iter": self.adv_max_iter,
+            "finetune_batch_size": self.finetune_batch_size,
+            "identifier_hidden": self.identifier_hidden,
+            "identifier_batch_size": self.identifier_batch_size,
+        }
+        for key, value in positive.items():
+            if value < 1:
+                raise FedshareError(f"strategy.{key}={value} must be >= 1")
+        for key in ("finetune_epochs", "identifier_epochs"):
+            if getattr(self, key) < 0:
+                raise FedshareError(f"strategy.{key}={getattr(self, key)} must be >= 0")
+        if self.adv_solver not in SOLVERS:
+            raise FedshareError(
+                f"strategy.adv_solver={self.adv_solver!r} is not a solver; valid: "
+                f"{', '.join(SOLVERS)}"
+            )
+        if self.adv_loss_weight < 0 or self.adv_init_std <= 0:
+            raise FedshareError(
+                f"strategy.adv_loss_weight={self.adv_loss_weight} must be >= 0 and "
+                f"strategy.adv_init_std={self.adv_init_std} > 0"
+            )
+        if len(self.identifier_betas) != 2:
+            raise FedshareError(
+                f"strategy.identifier_betas={list(self.identifier_betas)} must be two numbers"
+            )
+
+    # ------------------------------------------------------------------ both sides
+    def _identifier_module(self, model: nn.Module, input_shape: tuple[int, ...]) -> nn.Module:
+        require_body(model, "fedaa")
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            probe = torch.zeros((1, *input_shape), device=next(model.parameters()).device)
+            width = model.features(probe).flatten(1).shape[1]
+        model.train(was_training)
+        return ClientIdentifier(width, self.identifier_hidden)
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        dataset = ctx.data.dataset
+        self.input_shape = dataset.input_shape
+        self.box = input_box(dataset, ctx.device)
+        self.scratch = copy.deepcopy(ctx.model)
+        template = self._identifier_module(ctx.model, self.input_shape)
+        self.identifier_flat = FlatState(template)
+        self.num_train = sum(ctx.data.client_sizes)
+        self.shared_items: set[tuple[int, int]] = set()
+        self.identifiers: dict[int, torch.Tensor] = {}
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        """The worker and a frozen identifier whose weights come in the personal message."""
+        super().client_setup(ctx)
+        module = self._identifier_module(ctx.model, tuple(ctx.input_shape))
+        self.client_identifier = module.to(ctx.device).requires_grad_(False).eval()
+        self.identifier_flat = FlatState(self.client_identifier)
+
+    def phases(self) -> list[Phase]:
+        second = Phase(
+            "second",
+            self.broadcast,
+            self.second_pass,
+            self.aggregate,
+            personal=self.identifier_message if self.identifier else None,
+        )
+        return [Phase("train", self.broadcast, self.client_update, self.server_step), second]
+
+    # ------------------------------------------------------------------ phase A
+    def client_update(self, client: Client, message: Message) -> Update:
+        update = self.trained_update(client, self.load_weights(client.model, message.weights))
+        update.payload[LABELS] = torch.unique(client.labels).to(torch.int16)
+        return update
+
+    def server_step(self, updates: Iterable[Update], round_idx: int) -> None:
+        """Phase B: synthesis, fine-tunes, the first aggregation, the identifiers."""
+        start = self._clock()
+        uploads = _Uploads()
+        for update in updates:
+            uploads.clients.append(update.client_id)
+            uploads.sizes.append(update.aggregation_weight)
+            uploads.weights.append(update.weights)
+            uploads.labels.append(update.payload[LABELS].long())
+            self.shared_items.update(
+                (update.client_id, int(c)) for c in update.payload[LABELS].tolist()
+            )
+        times = {"time_local_s": self._clock() - start}
+        metrics: dict[str, float] = {}
+        examples: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if self.finetune or self.identifier:
+            examples, fooled = self._synthesise(uploads, round_idx)
+            metrics.update(fooled)
+        times["time_synthesis_s"] = self._clock() - start - sum(times.values())
+        mean = RunningMean()
+        for i, (weights, size) in enumerate(zip(uploads.weights, uploads.sizes, strict=True)):
+            if self.finetune:
+                weights = self._finetuned(weights, examples, i, uploads.clients[i], round_idx)
+            mean.add(weights, size)
+        self.load_weights(self.model, mean.value())
+        times["time_finetune_s"] = self._clock() - start - sum(times.values())
+        self.identifiers = {}
+        if self.identifier:
+            metrics.update(self._train_identifiers(uploads.clients, examples, round_idx))
+        times["time_identifier_s"] = self._clock() - start - sum(times.values())
+        self.round_metrics = {**metrics, **times}
+
+    def _synthesise(
+        self, uploads: _Uploads, round_idx: int
+    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], dict[str, float]]:
+        """x_adv^k for every client of the cohort (Eq. 4), from its own phase-A model."""
+        examples, stats = [], []
+        for cid, weights, labels in zip(
+            uploads.clients, uploads.weights, uploads.labels, strict=True
+        ):
+            model = self.load_weights(self.scratch, weights)
+            targets = labels.repeat_interleave(self.adv_per_label)
+            gen = torch_generator(self.config.seed, "fedaa/noise", round_idx, cid, device="cpu")
+            result = fool(
+                model,
+                targets,
+                self.input_shape,
+                gen,
+                self.adv_init_std,
+                self.box,
+                self.adv_solver,
+                self.adv_max_iter,
+            )
+            examples.append((result.x, targets))
+            stats.append((result.loss_start, result.loss_end, result.hit_rate))
+        start, end, hits = (sum(s) / len(stats) for s in zip(*stats, strict=True))
+        return examples, {"adv_loss_start": start, "adv_loss_end": end, "adv_hit_rate": hits}
+
+    def _finetuned(
+        self,
+        weights: torch.Tensor,
+        examples: list[tuple[torch.Tensor, torch.Tensor]],
+        own: int,
+        cid: int,
+        round_idx: int,
+    ) -> torch.Tensor:
+        """Client `own`'s phase-A model fine-tuned on the other clients' examples (Eq. 5)."""
+        others = [pair for i, pair in enumerate(examples) if i != own]
+        if not others or self.finetune_epochs == 0:
+            return weights
+        x = torch.cat([x for x, _ in others])
+        y = torch.cat([y for _, y in others])
+        model = self.load_weights(self.scratch, weights)
+        model.train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=self.finetune_lr)
+        gen = torch_generator(
+            self.config.seed, "fedaa/finetune", round_idx, cid, device=self.device
+        )
+        batches = shuffled_positions(
+            len(y), self.finetune_batch_size, gen, self.device, self.finetune_epochs
+        )
+        fit(optimizer, batches, lambda pos: F.cross_entropy(model(x[pos]), y[pos]))
+        return self.flat.flatten(model)
+
+    def _train_identifiers(
+        self, clients: list[int], examples: list[tuple[torch.Tensor, torch.Tensor]], round_idx: int
+    ) -> dict[str, float]:
+        """A fresh I_k per client on F_avg's frozen features of all examples (Eq. 6)."""
+        self.model.eval()
+        with torch.no_grad():
+            features = torch.cat([self.model.features(x).flatten(1) for x, _ in examples])
+        self.model.train()
+        owner = torch.cat(
+            [torch.full((len(y),), i, device=self.device) for i, (_, y) in enumerate(examples)]
+        )
+        stats = []
+        for i, cid in enumerate(clients):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(derive_seed(self.config.seed, "fedaa/identifier", round_idx, cid))
+                identifier = self._identifier_module(self.model, self.input_shape)
+            identifier = identifier.to(self.device)
+            gen = torch_generator(
+                self.config.seed, "fedaa/identifier_batches", round_idx, cid, device=self.device
+            )
+            stats.append(
+                train_identifier(
+                    identifier,
+                    features,
+                    owner == i,
+                    self.identifier_epochs,
+                    self.identifier_batch_size,
+                    self.identifier_lr,
+                    (self.identifier_betas[0], self.identifier_betas[1]),
+                    gen,
+                )
+            )
+            self.identifiers[cid] = self.identifier_flat.flatten(identifier).detach()
+        start, end, balanced = (sum(s) / len(stats) for s in zip(*stats, strict=True))
+        return {
+            "identifier_loss_start": start,
+            "identifier_loss_end": end,
+            "identifier_balanced_accuracy": balanced,
+        }
+
+    # ------------------------------------------------------------------ phase C
+    def identifier_message(self, round_idx: int, client_id: int) -> Message:
+        """Client k's own identifier, for it alone."""
+        return Message(payload={IDENTIFIER: self.identifiers[client_id]})
+
+    def second_pass(self, client: Client, message: Message) -> Update:
+        """E2 epochs of CE + λ·softplus(I_k(F(x))) (Eq. 7); plain CE without an identifier."""
+        model = self.load_weights(client.model, message.weights)
+        identifier = None
+        if client.personal is not None and self.adv_loss_weight > 0:
+            identifier = self.identifier_flat.load_(
+                self.client_identifier, client.personal.payload[IDENTIFIER]
+            )
+
+        def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            if identifier is None:
+                return F.cross_entropy(net(x), y)
+            f = net.features(x)
+            adversarial = F.softplus(identifier(f)).mean()
+            return F.cross_entropy(net.head(f), y) + self.adv_loss_weight * adversarial
+
+        loss = train_local(client, model, loss_fn, epochs=self.second_epochs)
+        return Update(
+            client.id,
+            client.num_samples,
+            weights=self.flat.flatten(model),
+            metrics={"second_pass_loss": loss},
+        )
+
+    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        """Phase D: the n_k-weighted mean of the second-pass models; the round's identifiers
+        and examples are dropped."""
+        start = self._clock()
+        super().aggregate(updates, round_idx)
+        self.identifiers = {}
+        self.round_metrics["time_second_pass_s"] = self._clock() - start
+
+    # ------------------------------------------------------------------ reporting
+    def _clock(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def summary_metrics(self) -> dict[str, Any]:
+        """The non-sensitive items shared over the run, as the paper counts them (§1.3): one
+        per distinct (client, label id), over the training samples (its "0.02 % / 0.2 %")."""
+        items = len(self.shared_items)
+        return {"shared_items": items, "shared_item_percent": 100.0 * items / self.num_train}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "shared_items": sorted(self.shared_items)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.shared_items = {(int(c), int(y)) for c, y in state.get("shared_items", [])}
+
+
+def input_box(dataset: Any, device: torch.device) -> Box | None:
+    """The model-input image of the valid stored range for uint8 images ([0, 255] scaled and
+    normalised as the dataset prepares them); None (unbounded) for other data."""
+    if dataset.x_train.dtype != torch.uint8:
+        return None
+    shape = (1, *dataset.input_shape)
+    low = torch.zeros(shape, dtype=torch.uint8, device=device)
+    high = torch.full(shape, 255, dtype=torch.uint8, device=device)
+    return Box(dataset.prepare(low), dataset.prepare(high))

@@ -1,0 +1,235 @@
+"""FedAA (shared/specs/fedaa.md): its model, its partition and class subset, the pieces of a
+round checked against the spec's §8 properties, and the bytes it counts."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from fedshare import simulate
+from fedshare.api import init_model
+from fedshare.data import federate
+from fedshare.data.dataset import Dataset
+from fedshare.data.datasets import keep_classes
+from fedshare.engine.flat import FlatState
+from fedshare.engine.rng import numpy_rng
+from fedshare.errors import FedshareError
+from fedshare.functional.fooling import Box, fool
+from fedshare.models import build_model
+from fedshare.strategies import FedAA, FedAvg
+from fedshare.strategies._identifier import ClientIdentifier, identifier_loss, train_identifier
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SMALL_CNN = {"channels": [8, 16], "hidden": [32, 16]}
+TRAIN = {"local_epochs": 2, "batch_size": 64, "lr": 0.05}
+QUICK = {
+    "adv_per_label": 6,
+    "adv_max_iter": 15,
+    "finetune_epochs": 2,
+    "identifier_epochs": 30,
+    "identifier_hidden": 64,
+}
+
+
+def toy_images(classes: int = 4, per_class: int = 40, seed: int = 0) -> Dataset:
+    """uint8 3×16×16 images: one random template per class plus noise (train and test)."""
+    g = torch.Generator().manual_seed(seed)
+    templates = torch.rand(classes, 3, 16, 16, generator=g) * 200
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.arange(classes).repeat_interleave(n)
+        x = templates[y] + torch.rand(len(y), 3, 16, 16, generator=g) * 55
+        return x.to(torch.uint8), y
+
+    x_tr, y_tr = draw(per_class)
+    x_te, y_te = draw(per_class // 2)
+    return Dataset(
+        "toy", x_tr, y_tr, x_te, y_te, classes, scale=1 / 255, mean=(0.5,) * 3, std=(0.25,) * 3
+    )
+
+
+def islands(classes: int = 4, seed: int = 0):
+    return federate(toy_images(classes, seed=seed), "islands", classes, seed)
+
+
+def fedaa_run(strategy, data=None, rounds=1, **kwargs):
+    data = data or islands()
+    model = init_model("fedaa_cnn", data, 0, SMALL_CNN)
+    return simulate(strategy, data, model, rounds=rounds, train=TRAIN, **kwargs)
+
+
+# ------------------------------------------------------------------ model, data, partition
+def test_fedaa_cnn_features_bn_variant_and_identifier_size():
+    """(The CNN's 2,948,554 parameters are checked with the zoo in test_models.)"""
+    model = build_model("fedaa_cnn", (3, 32, 32), 10)
+    assert model.features(torch.zeros(2, 3, 32, 32)).shape == (2, 192)
+    with_bn = build_model("fedaa_cnn", (3, 32, 32), 10, {"batchnorm": True})
+    bn = [m for m in with_bn.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    assert [m.num_features for m in bn] == [64, 256, 384]  # after conv1, conv2, fc1
+    identifier = ClientIdentifier(192, 512)
+    assert sum(p.numel() for p in identifier.parameters()) == 361_985  # fedaa.md §2.6
+    with pytest.raises(FedshareError, match="two conv widths"):
+        build_model("fedaa_cnn", (3, 32, 32), 10, {"channels": [8]})
+
+
+def test_islands_give_every_client_one_whole_class():
+    fed = islands(classes=4)
+    labels = fed.dataset.y_train
+    held = [set(labels[ix].tolist()) for ix in fed.client_indices]
+    assert sorted(c for s in held for c in s) == [0, 1, 2, 3]
+    assert all(len(ix) == 40 for ix in fed.client_indices)
+    with pytest.raises(FedshareError, match=r"needs clients\.num=4, got 5"):
+        federate(toy_images(4), "islands", 5, 0)
+
+
+def test_class_subset_keeps_drawn_classes_relabelled():
+    data = toy_images(classes=6)
+    kept = keep_classes(data, 3, numpy_rng(0, "class_subset"))
+    assert kept.num_classes == 3
+    assert sorted(set(kept.y_train.tolist())) == [0, 1, 2] == sorted(set(kept.y_test.tolist()))
+    assert len(kept.y_train) == 3 * 40 and len(kept.y_test) == 3 * 20
+    original = [int(c) for c in kept.source.split("[")[1].split("]")[0].split(",")]
+    for new, old in enumerate(original):  # same images, new ids in ascending original order
+        torch.testing.assert_close(
+            kept.x_train[kept.y_train == new], data.x_train[data.y_train == old]
+        )
+    with pytest.raises(FedshareError, match="class_subset=7 must be between 1 and the 6"):
+        keep_classes(data, 7, numpy_rng(0, "class_subset"))
+
+
+# ------------------------------------------------------------------ Eq. 4: adversarial synthesis
+@pytest.mark.parametrize("solver", ["lbfgsb", "torch"])
+def test_synthesis_drives_the_frozen_models_loss_down_inside_the_box(solver):
+    torch.manual_seed(0)
+    model = build_model("fedaa_cnn", (3, 16, 16), 4, SMALL_CNN)
+    with torch.no_grad():
+        model.head.weight.mul_(20)  # logits wide enough for the box to allow a confident fit
+    before = copy.deepcopy(model.state_dict())
+    box = Box(torch.full((1, 3, 16, 16), -2.0), torch.full((1, 3, 16, 16), 2.0))
+    targets = torch.tensor([0, 1, 2, 3]).repeat_interleave(5)
+    result = fool(
+        model, targets, (3, 16, 16), torch.Generator().manual_seed(1), 1.0, box, solver, 40
+    )
+    assert result.loss_end < 0.5 * result.loss_start
+    assert result.hit_rate >= 0.9
+    assert (result.x >= -2).all() and (result.x <= 2).all()
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key])  # the model is frozen
+
+
+# ------------------------------------------------------------------ Eq. 5: the fine-tune
+def test_finetune_uses_only_the_other_clients_examples():
+    fed = islands()
+    strategy = FedAA(**QUICK)
+    fedaa_run(strategy, fed)  # sets the server side up
+    weights = strategy.flat.flatten(strategy.model).clone()
+    poisoned = torch.full((6, 3, 16, 16), float("nan"))
+    own_label = torch.zeros(6, dtype=torch.long)
+    others = [(torch.randn(6, 3, 16, 16), torch.full((6,), c)) for c in (1, 2, 3)]
+    tuned = strategy._finetuned(weights, [(poisoned, own_label), *others], 0, 0, 0)
+    assert torch.isfinite(tuned).all()  # client 0's own (NaN) examples never entered
+    assert not torch.equal(tuned, weights)
+    alone = strategy._finetuned(weights, [(poisoned, own_label)], 0, 0, 0)
+    assert torch.equal(alone, weights)  # m = 1: nothing to fine-tune on, bitwise unchanged
+
+
+# ------------------------------------------------------------------ Eq. 6: the identifier
+def test_identifier_loss_is_eq6_with_separate_means():
+    z = torch.tensor([2.0, -1.0, 0.5, 3.0])
+    own = torch.tensor([True, False, False, False])
+    sp = torch.nn.functional.softplus
+    expected = sp(-z[0]) + sp(z[1:]).mean()  # not the mean over all four
+    torch.testing.assert_close(identifier_loss(z, own), expected)
+    torch.testing.assert_close(identifier_loss(z[1:], own[1:]), sp(z[1:]).mean())
+
+
+def test_identifier_separates_its_clients_examples():
+    g = torch.Generator().manual_seed(0)
+    features = torch.randn(80, 16, generator=g)
+    own = torch.arange(80) < 20
+    features[own] += 1.5
+    identifier = ClientIdentifier(16, 64)
+    start, end, balanced = train_identifier(
+        identifier, features, own, 150, 256, 4e-4, (0.5, 0.9), torch.Generator().manual_seed(1)
+    )
+    assert end < start
+    assert balanced >= 0.9
+
+
+def test_a_round_logs_its_diagnostics_and_time_split():
+    """With enough Adam steps the identifiers separate their client's examples on F_avg's
+    features (§8 item 6); the spec's 10 epochs of one batch are 10 steps (docs/fedaa.md)."""
+    result = fedaa_run(FedAA(**{**QUICK, "identifier_epochs": 300}), rounds=2)
+    for record in result.history:
+        assert record["adv_loss_end"] <= record["adv_loss_start"]
+        assert record["adv_hit_rate"] >= 0.9
+        assert record["identifier_loss_end"] < record["identifier_loss_start"]
+        assert record["identifier_balanced_accuracy"] >= 0.9
+        for stage in ("local", "synthesis", "finetune", "identifier", "second_pass"):
+            assert record[f"time_{stage}_s"] >= 0
+    assert result.summary["shared_items"] == 4
+    assert result.summary["shared_item_percent"] == pytest.approx(100 * 4 / 160)
+
+
+# ------------------------------------------------------------------ Eq. 7 and the ablations
+def test_non_i_keeps_the_first_aggregations_model_path():
+    """Phase A equals a FedAvg round; without fine-tune F_avg is FedAvg's model, and turning the
+    identifier off changes nothing before the second pass, where λ = 0 equals Non-I."""
+
+    def first_aggregation(strategy: FedAA) -> list[torch.Tensor]:
+        seen: list[torch.Tensor] = []
+        step = strategy.server_step
+
+        def spy(updates, round_idx):
+            step(updates, round_idx)
+            seen.append(strategy.flat.flatten(strategy.model).clone())
+
+        strategy.server_step = spy
+        return seen
+
+    fedavg = fedaa_run(FedAvg(), rounds=1)
+    no_finetune = FedAA(**QUICK, finetune=False, identifier=False)
+    seen = first_aggregation(no_finetune)
+    fedaa_run(no_finetune)
+    fedavg_model = fedavg.strategy.global_model()
+    assert torch.equal(seen[0], FlatState(fedavg_model).flatten(fedavg_model))
+    full, non_i = FedAA(**QUICK), FedAA(**QUICK, identifier=False)
+    full_seen, non_i_seen = first_aggregation(full), first_aggregation(non_i)
+    fedaa_run(full)
+    non_i_result = fedaa_run(non_i)
+    assert torch.equal(full_seen[0], non_i_seen[0])
+    zero_weight = fedaa_run(FedAA(**QUICK, adv_loss_weight=0.0))
+    for a, b in zip(
+        zero_weight.strategy.model.parameters(),
+        non_i_result.strategy.model.parameters(),
+        strict=True,
+    ):
+        assert torch.equal(a, b)
+
+
+def test_every_exchanged_byte_is_counted():
+    """Per client and round (fedaa.md §8 item 10): 2|θ| up + 2|θ| down + |I_k| down (to that
+    client alone) + its label ids (int16) up; FedAvg: |θ| each way."""
+    strategy = FedAA(**QUICK)
+    result = fedaa_run(strategy, rounds=2)
+    theta = sum(p.numel() for p in strategy.model.parameters()) * 4
+    identifier = 4 * (64 * 16 + 64 + 64 * 64 + 64 + 64 + 1)
+    m, rounds = 4, 2
+    summary = result.summary
+    assert summary["bytes_up"] == rounds * m * (2 * theta + 2)
+    assert summary["bytes_down"] == rounds * m * (2 * theta + identifier)
+    assert summary["bytes_down_personal"] == rounds * m * identifier
+    assert summary["bytes_shared"] == rounds * m * (identifier + 2)
+    fedavg = fedaa_run(FedAvg(), rounds=2).summary
+    assert fedavg["bytes_up"] == fedavg["bytes_down"] == rounds * m * theta
+    non_i = fedaa_run(FedAA(**QUICK, identifier=False), rounds=1).summary
+    assert non_i["bytes_down_personal"] == 0
+
+
+def test_bad_settings_name_the_value():
+    with pytest.raises(FedshareError, match="adv_solver='adam' is not a solver; valid: lbfgsb"):
+        FedAA(adv_solver="adam")
+    with pytest.raises(FedshareError, match="adv_per_label=0 must be >= 1"):
+        FedAA(adv_per_label=0)
