@@ -17,6 +17,7 @@ from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
 from fedshare.functional.fooling import Box, fool
 from fedshare.models import build_model
+from fedshare.privacy.dcor import distance_correlation
 from fedshare.strategies import FedAA, FedAvg
 from fedshare.strategies._identifier import ClientIdentifier, identifier_loss, train_identifier
 
@@ -233,3 +234,26 @@ def test_bad_settings_name_the_value():
         FedAA(adv_solver="adam")
     with pytest.raises(FedshareError, match="adv_per_label=0 must be >= 1"):
         FedAA(adv_per_label=0)
+
+
+# ------------------------------------------------------------------ §3.3: the privacy argument
+def test_the_papers_distance_correlation_bound_has_a_counterexample():
+    """R_n² (Eqs. 10–13: plain distances, no outer root) is 0 for one class per client and
+    near 0 for unpaired labels, but 1 when images are a function of the label: the paper's
+    "max R_n² ≤ 0.5" bounds only a prefactor (fedaa.md §3.3)."""
+    g = torch.Generator().manual_seed(0)
+
+    def r2(x: torch.Tensor, y: torch.Tensor) -> float:
+        return distance_correlation(x, y, variant="paper", eps=0.0, squared=False).item()
+
+    images = torch.randn(60, 8, generator=g, dtype=torch.float64)
+    assert r2(images, torch.zeros(60, 1, dtype=torch.float64)) == 0.0  # N = 1
+    for classes in (2, 5):
+        labels = torch.arange(60) % classes
+        onehot = nn.functional.one_hot(labels, classes).double()
+        assert r2(onehot * 3.0, onehot) == pytest.approx(1.0)  # X a function of Y
+        assert (1 - 1 / classes) / classes <= 0.25  # the prefactor the paper bounds, squared
+    labels = torch.arange(400) % 4
+    clustered = nn.functional.one_hot(labels, 4).double() * 5 + torch.randn(400, 4, generator=g)
+    shuffled = nn.functional.one_hot(labels[torch.randperm(400, generator=g)], 4).double()
+    assert r2(clustered, shuffled) < 0.05
