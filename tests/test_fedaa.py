@@ -257,3 +257,14 @@ def test_the_papers_distance_correlation_bound_has_a_counterexample():
     clustered = nn.functional.one_hot(labels, 4).double() * 5 + torch.randn(400, 4, generator=g)
     shuffled = nn.functional.one_hot(labels[torch.randperm(400, generator=g)], 4).double()
     assert r2(clustered, shuffled) < 0.05
+
+
+def test_the_bn_variant_trains_on_a_last_batch_of_one_sample():
+    model = build_model("fedaa_cnn", (3, 16, 16), 4, {**SMALL_CNN, "batchnorm": True}).train()
+    fc_bn = model.blocks["fc"][2]
+    before = fc_bn.running_mean.clone()
+    out = model(torch.randn(1, 3, 16, 16))  # plain BatchNorm1d raises here
+    assert out.shape == (1, 4) and model.training and fc_bn.training
+    assert torch.equal(fc_bn.running_mean, before)  # one sample leaves the statistics alone
+    model(torch.randn(3, 3, 16, 16))
+    assert not torch.equal(fc_bn.running_mean, before)

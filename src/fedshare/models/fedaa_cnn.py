@@ -9,13 +9,15 @@ Blocks: `conv1`, `conv2`, `fc` (both FC layers, the 192-d features F(x)), `head`
 is after `conv1`; the default `share_layer` is the penultimate split (F's output, what FedAA's
 identifier and MOON's representation use). `batchnorm=True` adds BatchNorm after conv1, conv2
 and the first FC layer (the spec's FedBN variant, §5 and §7 item 11; the paper never mentions
-BN). A BatchNorm1d in training mode needs more than one sample per batch: with batch 256 the
-paper's client sizes (500, 5,000) never leave a last batch of one. `channels` and `hidden`
-scale the model down for CPU checks (fedaa.md §8).
+BN). Training-mode BN of a single sample is undefined, and a client of n ≡ 1 (mod batch size)
+samples gets such a last batch: the FC layer's BN (`OneSampleSafeBatchNorm1d`) then normalises
+that batch with its running statistics, as in evaluation, and leaves them unchanged.
+`channels` and `hidden` scale the model down for CPU checks (fedaa.md §8).
 """
 
 from collections.abc import Sequence
 
+import torch
 from torch import nn
 
 from fedshare.errors import FedshareError
@@ -29,6 +31,19 @@ from fedshare.models.base import (
 )
 
 KERNEL = 5
+
+
+class OneSampleSafeBatchNorm1d(nn.BatchNorm1d):
+    """BatchNorm1d that treats a training batch of one sample as evaluation (running stats)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] == 1:
+            self.eval()
+            try:
+                return super().forward(x)
+            finally:
+                self.train()
+        return super().forward(x)
 
 
 @register_model("fedaa_cnn")
@@ -60,7 +75,7 @@ def fedaa_cnn(
             raise input_error("fedaa_cnn", input_shape, f"{what} of at least 16×16")
     fc1, fc2 = hidden
     fc: list[nn.Module] = [nn.Flatten(), nn.Linear(c * h * w, fc1)]
-    fc += [nn.BatchNorm1d(fc1)] if batchnorm else []
+    fc += [OneSampleSafeBatchNorm1d(fc1)] if batchnorm else []
     fc += [nn.ReLU(), nn.Linear(fc1, fc2), nn.ReLU()]
     blocks += [("fc", nn.Sequential(*fc)), (HEAD, nn.Linear(fc2, num_classes))]
     penultimate = len(blocks) - 1
