@@ -92,10 +92,14 @@ def command(setting: str, method: str, seed: int, out: Path) -> list[str]:
     ]
 
 
+def completed(folder: Path) -> bool:
+    summary = folder / "summary.json"
+    return summary.exists() and json.loads(summary.read_text())["status"] == "completed"
+
+
 def run(out: Path, worker: int, workers: int) -> None:
     for i, (setting, method, seed) in enumerate(cells()):
-        done = out / setting / method / f"seed{seed}" / "summary.json"
-        if i % workers != worker or done.exists():
+        if i % workers != worker or completed(out / setting / method / f"seed{seed}"):
             continue
         print(f"{setting} {method} seed {seed}", flush=True)
         subprocess.run(command(setting, method, seed, out), check=True, env=os.environ)
@@ -108,7 +112,7 @@ def report(out: Path) -> None:
             best, last5, pace = [], [], []
             for seed in SEEDS:
                 folder = out / setting / method / f"seed{seed}"
-                if not (folder / "summary.json").exists():
+                if not completed(folder):
                     continue
                 summary = json.loads((folder / "summary.json").read_text())
                 rows = [json.loads(line) for line in (folder / "metrics.jsonl").open()]
