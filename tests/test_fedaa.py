@@ -230,7 +230,8 @@ def test_every_exchanged_byte_is_counted():
 
 
 def test_bad_settings_name_the_value():
-    with pytest.raises(FedshareError, match="adv_solver='adam' is not a solver; valid: lbfgsb"):
+    valid = "adv_solver='adam' is not a solver; valid: auto, lbfgsb, torch"
+    with pytest.raises(FedshareError, match=valid):
         FedAA(adv_solver="adam")
     with pytest.raises(FedshareError, match="adv_per_label=0 must be >= 1"):
         FedAA(adv_per_label=0)

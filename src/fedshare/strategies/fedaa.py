@@ -27,9 +27,10 @@ synthesised for the identifier).
 
 Choices the paper leaves open follow the spec's [REC]: n_adv = 32 per (client, label), σ = 1
 in the normalised input space clipped to the box of valid pixels (uint8 images; other data are
-unbounded), scipy L-BFGS-B with maxiter 100 (`adv_solver=torch` for torch's L-BFGS on the run
-device), fine-tune SGD lr 0.0025 × 10 epochs × batch 256, identifier 512 hidden, Adam 4e-4
-β = (0.5, 0.9), 10 epochs, batch 256, λ = 1, n_k/n weights everywhere (§7 items 1–9, 17).
+unbounded), L-BFGS with maxiter 100 (`adv_solver=auto`: scipy's L-BFGS-B on a CPU run, torch's
+L-BFGS with projection on a CUDA run, which keeps the examples on the device), fine-tune SGD
+lr 0.0025 × 10 epochs × batch 256, identifier 512 hidden, Adam 4e-4 β = (0.5, 0.9), 10 epochs,
+batch 256, λ = 1, n_k/n weights everywhere (§7 items 1–9, 17).
 Each round's metrics log the examples' loss before/after and the share the generating model
 assigns to its target (at one class per client a locally trained model already predicts it for
 noise, §2.4), the identifiers' balanced accuracy, and the time of each stage.
@@ -88,7 +89,7 @@ class FedAA(FedAvg):
     second_epochs: int = 1
     adv_per_label: int = 32
     adv_init_std: float = 1.0
-    adv_solver: str = "lbfgsb"
+    adv_solver: str = "auto"
     adv_max_iter: int = 100
     finetune: bool = True
     finetune_epochs: int = 10
@@ -117,9 +118,9 @@ class FedAA(FedAvg):
         for key in ("finetune_epochs", "identifier_epochs"):
             if getattr(self, key) < 0:
                 raise FedshareError(f"strategy.{key}={getattr(self, key)} must be >= 0")
-        if self.adv_solver not in SOLVERS:
+        if self.adv_solver not in ("auto", *SOLVERS):
             raise FedshareError(
-                f"strategy.adv_solver={self.adv_solver!r} is not a solver; valid: "
+                f"strategy.adv_solver={self.adv_solver!r} is not a solver; valid: auto, "
                 f"{', '.join(SOLVERS)}"
             )
         if self.adv_loss_weight < 0 or self.adv_init_std <= 0:
@@ -148,6 +149,9 @@ class FedAA(FedAvg):
         dataset = ctx.data.dataset
         self.input_shape = dataset.input_shape
         self.box = input_box(dataset, ctx.device)
+        self.solver = self.adv_solver
+        if self.solver == "auto":
+            self.solver = "torch" if ctx.device.type == "cuda" else "lbfgsb"
         self.scratch = copy.deepcopy(ctx.model)
         template = self._identifier_module(ctx.model, self.input_shape)
         self.identifier_flat = FlatState(template)
@@ -228,7 +232,7 @@ class FedAA(FedAvg):
                 gen,
                 self.adv_init_std,
                 self.box,
-                self.adv_solver,
+                self.solver,
                 self.adv_max_iter,
             )
             examples.append((result.x, targets))
