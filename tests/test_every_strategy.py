@@ -65,7 +65,7 @@ NEEDS_SERVER_DATA = ("fedavg_ft",)
 """Strategies that train on data the server holds: 10 % of the training set is carved out."""
 NEEDS_BODY = {
     (s, "synthetic_mixture")
-    for s in ("fedbabu", "rebafl", "fedavg_ft", "flea", "moon", "feddecorr", "fedaa")
+    for s in ("fedbabu", "rebafl", "fedavg_ft", "flea", "moon", "feddecorr", "fedaa", "ccvr")
 }
 """The dataset's default model is a linear head alone: these methods refuse it clearly."""
 NOT_YET_ABOVE_CHANCE = (

@@ -15,7 +15,7 @@ from conftest import data_root_or_skip
 from fedshare.paper.compare import compare, entries, lookup
 from fedshare.run import config_dir
 
-METHODS = ("flea", "fedavg", "fedmix", "feddata", "feddecorr", "fedntd")
+METHODS = ("flea", "fedavg", "fedmix", "feddata", "feddecorr", "fedntd", "ccvr")
 PRESETS = sorted({e.preset for e in entries("flea")})
 DATA_FILES = {
     "cifar10": "cifar-10-batches-py",

@@ -11,6 +11,7 @@ from fedshare.strategies.base import (
     register_strategy,
 )
 from fedshare.strategies.bsm_fedavg import BSMFedAvg
+from fedshare.strategies.ccvr import CCVR
 from fedshare.strategies.centralized import Centralized
 from fedshare.strategies.ensemble import Ensemble
 from fedshare.strategies.fedaa import FedAA
@@ -39,6 +40,7 @@ from fedshare.strategies.scaffold import Scaffold
 from fedshare.strategies.xormixfl import MixFL, XorMixFL
 
 __all__ = [
+    "CCVR",
     "MOON",
     "STRATEGIES",
     "BSMFedAvg",

@@ -131,7 +131,7 @@ def load_head(target: nn.Linear, weight: torch.Tensor, bias: torch.Tensor) -> No
 
 
 @torch.no_grad()
-def head_accuracy(head: nn.Linear, x: torch.Tensor, y: torch.Tensor) -> float:
+def head_accuracy(head: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     """Accuracy (%) of `head` on features `x` (e.g. the server's synthetic set, §2.7)."""
     if len(y) == 0:
         return float("nan")
