@@ -1,4 +1,4 @@
-"""FedAvg vs FedDecorr vs FedNTD (FLea's baselines, their FLea values) under label skew on
+"""FedAvg vs FedDecorr vs FedNTD vs CCVR (FLea's baselines, their FLea values) under label skew on
 digits: 10 clients × 2 classes × 80 samples, half of them a round, 20 rounds, E = 2, SGD 0.05
 with momentum 0.9, cnn_small; seeds 0-2.
 
@@ -15,7 +15,7 @@ from fedshare.data import federate, load_dataset
 torch.set_num_threads(1)
 partition = {"name": "pathological", "classes_per_client": 2, "per_class": 80}
 train = {"local_epochs": 2, "batch_size": 32, "lr": 0.05, "momentum": 0.9}
-for name in ("fedavg", "feddecorr", "fedntd"):
+for name in ("fedavg", "feddecorr", "fedntd", "ccvr"):
     finals, bests, start = [], [], time.time()
     for seed in (0, 1, 2):
         fed = federate(load_dataset({"name": "digits"}, seed=seed), partition, 10, seed)
