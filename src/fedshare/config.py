@@ -60,6 +60,12 @@ class EvalConfig:
     (`fedshare.engine.personal_eval`): `personal_accuracy` (mean) and `personal_accuracy_min`."""
     personal_size: int = 100
     """Test samples per client for the personal evaluation."""
+    davies_bouldin: bool = False
+    """Log the Davies–Bouldin score of penultimate features with the labels as clusters (FLea's
+    Fig. 3, `fedshare.engine.separability`): the global model's on the test set
+    (`test_davies_bouldin`) and, after each client step of a round's first phase, the trained
+    local model's on the client's own data and on the test set (`local_train_davies_bouldin`,
+    `local_test_davies_bouldin`, means over the round's clients). Models without a body skip."""
 
 
 @dataclass

@@ -40,6 +40,7 @@ from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
 from fedshare.engine.resume import check_same_run
 from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
+from fedshare.engine.separability import davies_bouldin, has_features, penultimate
 from fedshare.errors import FedshareError, NonFiniteLossError
 from fedshare.params import params_of
 from fedshare.results.plots import plot_learning_curve
@@ -169,6 +170,7 @@ class Simulation:
         cohort: list[int],
         round_idx: int,
         stats: _RoundStats,
+        measure_local: bool = False,
     ) -> Iterator[Update]:
         dataset = self.data.dataset
         step = on_client_side(phase.client_step, self.strategy, self.client_side)
@@ -192,6 +194,8 @@ class Simulation:
                 inbox=self.inboxes.collect(cid),
             )
             update = step(client, message)
+            if measure_local:
+                stats.add(self._local_separability(client))
             for receiver, sent in update.to_peers.items():
                 if not 0 <= receiver < self.data.num_clients:
                     raise RuntimeError(
@@ -210,7 +214,8 @@ class Simulation:
         cohort = self.sampler.cohort(round_idx)
         stats = _RoundStats()
         shared_before = self.traffic.bytes_shared
-        for phase in self.strategy.phases():
+        measure = self.config.eval.davies_bouldin and has_features(self.worker)
+        for i, phase in enumerate(self.strategy.phases()):
             members = (
                 cohort if phase.participants is None else phase.participants(round_idx, cohort)
             )
@@ -218,7 +223,9 @@ class Simulation:
             self.traffic.sent_down(message.weights, message.payload, len(members))
             if phase.keep:
                 self.kept.keep(phase.name, message, members)
-            updates = self._client_updates(phase, message, members, round_idx, stats)
+            updates = self._client_updates(
+                phase, message, members, round_idx, stats, measure and i == 0
+            )
             phase.aggregate(updates, round_idx)
             if next(updates, None) is not None:
                 raise RuntimeError(
@@ -358,12 +365,28 @@ class Simulation:
         )
         if self.config.eval.personal:
             result.update(self._personal_metrics())
+        model = self.strategy.global_model()
+        if self.config.eval.davies_bouldin and has_features(model):
+            dataset = self.data.dataset
+            test = penultimate(model, dataset.x_test, dataset.prepare)
+            result["test_davies_bouldin"] = davies_bouldin(test, dataset.y_test)
         return {
             "round": self.rounds_completed,
             **result,
             "wall_time_s": round(self.elapsed(), 3),
             **self.traffic.as_dict(),
             **info,
+        }
+
+    def _local_separability(self, client: Client) -> dict[str, float]:
+        """Davies–Bouldin of the client's trained model (the worker after its step) on its own
+        data and on the test set: measurement, not traffic."""
+        x, y = client.data()
+        dataset = self.data.dataset
+        test = penultimate(self.worker, dataset.x_test, dataset.prepare)
+        return {
+            "local_train_davies_bouldin": davies_bouldin(penultimate(self.worker, x), y),
+            "local_test_davies_bouldin": davies_bouldin(test, dataset.y_test),
         }
 
     def _count_final_download(self) -> None:
