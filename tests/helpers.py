@@ -1,6 +1,9 @@
 """Small builders shared by the tests."""
 
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -20,6 +23,15 @@ def digits_federation(
 
 def without_wall_time(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in records]
+
+
+def run_preset(overrides: list[str], out: Path, timeout_h: float = 24) -> dict:
+    """One command-line run (`python -m fedshare.run <overrides>` into `out`, no progress bar)
+    that must succeed; its summary.json. The paper-scale tests run their cells this way."""
+    command = [sys.executable, "-m", "fedshare.run", *overrides, "progress=false", f"run_dir={out}"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_h * 3600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((Path(out) / "summary.json").read_text())
 
 
 def load_script(name: str) -> ModuleType:

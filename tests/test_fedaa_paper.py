@@ -2,11 +2,7 @@
 tier; the paper-scale cells behind the `paper` marker (full CIFAR-10/100 and, in practice, a
 GPU: three seeds of 100 rounds per cell)."""
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -14,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from conftest import data_root_or_skip
 from fedshare.paper.compare import compare, entries, load_table
 from fedshare.run import config_dir
+from helpers import run_preset
 
 TABLES = ("fedaa_table1", "fedaa_table2", "fedaa_table3")
 DATA_FILES = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
@@ -85,20 +82,8 @@ def test_table_cell_best_accuracy(table, preset, method, tmp_path):
     root = data_root_or_skip(DATA_FILES[dataset])
     best = []
     for seed in SEEDS:
-        out = tmp_path / f"seed{seed}"
-        command = [
-            sys.executable,
-            "-m",
-            "fedshare.run",
-            f"experiment={preset}",
-            *overrides(table, method),
-            f"seed={seed}",
-            "progress=false",
-            f"data.root={root}",
-            f"run_dir={out}",
-        ]
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=48 * 3600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        best.append(json.loads((Path(out) / "summary.json").read_text())["best_accuracy"])
+        cell = [f"experiment={preset}", *overrides(table, method), f"seed={seed}"]
+        summary = run_preset([*cell, f"data.root={root}"], tmp_path / f"seed{seed}", 48)
+        best.append(summary["best_accuracy"])
     result = compare(table, preset, method, sum(best) / len(best))
     assert result.ok, f"{result}; per-seed best {best}"

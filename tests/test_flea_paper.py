@@ -1,9 +1,6 @@
 """FLea's Table 1 as presets and data (flea.md §6): consistency here, regression on a GPU."""
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +11,7 @@ from omegaconf import OmegaConf
 from conftest import data_root_or_skip
 from fedshare.paper.compare import compare, entries, lookup
 from fedshare.run import config_dir
+from helpers import run_preset
 
 METHODS = ("flea", "fedavg", "fedmix", "feddata", "feddecorr", "fedntd", "ccvr")
 PRESETS = sorted({e.preset for e in entries("flea")})
@@ -88,25 +86,8 @@ def run_cell(preset: str, method: str, out: Path, device: str) -> dict:
     rebuilt = dataset == "uci_har" and (base / "uci_har_hapt" / DATA_FILES[dataset]).exists()
     root = base if rebuilt else data_root_or_skip(DATA_FILES[dataset])
     seed = os.environ.get("FEDSHARE_PAPER_SEED", "0")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fedshare.run",
-            f"experiment={preset}",
-            f"strategy={method}",
-            f"seed={seed}",
-            f"device={device}",
-            "progress=false",
-            f"data.root={root}",
-            f"run_dir={out}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=24 * 3600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((Path(out) / "summary.json").read_text())
+    overrides = [f"experiment={preset}", f"strategy={method}", f"seed={seed}", f"device={device}"]
+    return run_preset([*overrides, f"data.root={root}"], out)
 
 
 @pytest.mark.paper

@@ -2,11 +2,7 @@
 tier, paper-scale regression behind the `paper` marker (FMNIST cells run on a CPU in about
 1–3 hours each; CIFAR-10 cells need the full CIFAR-10 and, in practice, a GPU)."""
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -15,6 +11,7 @@ from conftest import data_root_or_skip
 from fedshare.paper.compare import compare, entries, load_table
 from fedshare.run import config_dir
 from fedshare.strategies import STRATEGIES
+from helpers import run_preset
 
 TABLES = ("rebafl_table1", "rebafl_table2", "rebafl_table3")
 DATA_FILES = {"fmnist": "FashionMNIST/raw", "cifar10": "cifar-10-batches-py"}
@@ -90,20 +87,8 @@ def test_table_cell_last10_mean_accuracy(table, preset, method, tmp_path):
         pytest.skip(f"strategy {strategy!r} is not implemented here")
     dataset = preset.split("/")[1].split("_")[0]
     root = data_root_or_skip(DATA_FILES[dataset])
-    out = tmp_path / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "fedshare.run",
-        f"experiment={preset}",
-        *extra,
-        f"seed={os.environ.get('FEDSHARE_PAPER_SEED', '0')}",
-        "progress=false",
-        f"data.root={root}",
-        f"run_dir={out}",
-    ]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=24 * 3600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((Path(out) / "summary.json").read_text())
+    seed = os.environ.get("FEDSHARE_PAPER_SEED", "0")
+    cell = [f"experiment={preset}", *extra, f"seed={seed}", f"data.root={root}"]
+    summary = run_preset(cell, tmp_path / "run")
     result = compare(table, preset, method, summary["last10_mean_accuracy"])
     assert result.ok, str(result)
