@@ -21,6 +21,8 @@ from fedshare.api import init_model
 from fedshare.data import federate, load_dataset
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.engine.sampling import CohortSampler
+from fedshare.engine.simulation import uses_channels_last
+from fedshare.models import prepare_for_device
 from fedshare.strategies import FedAvg
 
 TRAIN = {"local_epochs": 5, "batch_size": 32, "lr": 0.05, "optimizer": "sgd"}
@@ -89,7 +91,8 @@ def main() -> None:
         engine_cpu.append((time.process_time() - c0) / args.rounds)
         engine_w = torch.cat([p.detach().reshape(-1) for p in run.strategy.model.parameters()])
 
-        model = init_model("cnn_small", fed, seed=0)
+        model = init_model("cnn_small", fed, seed=0)  # the engine's layout (memory_format=auto)
+        model = prepare_for_device(model, "cpu", uses_channels_last(model, "auto"))
         t0, c0 = time.perf_counter(), time.process_time()
         bare_w = bare_fedavg(fed, model, args.rounds, seed=0, per_round=10)
         model.eval()

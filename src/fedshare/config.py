@@ -93,6 +93,12 @@ class SimulationConfig:
     rounds: int = 10
     seed: int = 0
     device: str = "auto"
+    memory_format: str = "auto"
+    """How the models store 4-d (convolution) weights: `auto` = channels-last for every model
+    that has a convolution (measured faster for every conv model of the zoo, on CPU and GPU:
+    docs/performance.md), `channels_last`, or `contiguous` (PyTorch's default). Results agree
+    up to floating-point rounding; the flat weight vectors that cross the network are the same
+    either way."""
     progress: bool = True
     clients: ClientsConfig = field(default_factory=ClientsConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

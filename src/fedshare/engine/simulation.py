@@ -42,6 +42,7 @@ from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
 from fedshare.engine.separability import davies_bouldin, has_features, penultimate
 from fedshare.errors import FedshareError, NonFiniteLossError
+from fedshare.models.base import prepare_for_device
 from fedshare.params import params_of
 from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
@@ -50,6 +51,21 @@ from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Upd
 RoundCallback = Callback | RoundFunction
 """A `Callback`, or a plain function `(sim, rounds_completed, record) -> stop?` run after
 every round."""
+
+
+MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
+
+
+def uses_channels_last(model: nn.Module, memory_format: str) -> bool:
+    """Whether `memory_format` puts `model`'s 4-d weights channels-last (`auto`: if it has any)."""
+    if memory_format not in MEMORY_FORMATS:
+        raise FedshareError(
+            f"memory_format={memory_format!r} is not a memory format; valid: "
+            f"{', '.join(MEMORY_FORMATS)}"
+        )
+    if memory_format == "auto":
+        return any(p.dim() == 4 for p in model.parameters())
+    return memory_format == "channels_last"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -136,7 +152,9 @@ class Simulation:
         self.config = config
         self.device = resolve_device(config.device)
         self.data = data.to(self.device)
-        self.model = model.to(self.device)
+        self.model = prepare_for_device(
+            model, self.device, uses_channels_last(model, config.memory_format)
+        )
         self.worker = copy.deepcopy(self.model)  # the one reused client model
         self.strategy = strategy
         self.meta = dict(meta or {})
