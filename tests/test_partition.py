@@ -519,3 +519,16 @@ def test_a_run_directory_gets_partition_png(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert (out / "partition.png").is_file() and (out / "partition.json").is_file()
+
+
+def test_pathological_records_which_label_sets_it_drew():
+    labels = make_labels([100] * 10)
+    part = make_partition(labels, 20, {"name": "pathological", "per_class": 20}, rng(0))
+    held = {tuple(sorted(np.flatnonzero(row).tolist())) for row in part.class_counts}
+    pairs = {(a, b) for s in held for i, a in enumerate(s) for b in s[i + 1 :]}
+    assert part.info["label_sets"] == {
+        "distinct": len(held),
+        "class_pairs_held": len(pairs),
+        "class_pairs": 45,
+    }
+    assert json.loads(json.dumps(part.summary()))["info"]["label_sets"]["class_pairs"] == 45

@@ -51,6 +51,8 @@ def test_every_preset_composes_with_the_papers_setup():
             assert cfg.strategy.name == "rebafl" and cfg.strategy.eps == 0.01
             assert cfg.strategy.mu == 0.1
             assert cfg.data.name == ("fmnist" if fmnist else "cifar10")
+            if not fmnist:  # never the 4,000-image sample (issue 18)
+                assert cfg.data.source == "pickle"
             assert cfg.model.name == ("lenet_fmnist" if fmnist else "lenet_cifar")
             assert (cfg.rounds, cfg.train.local_epochs, cfg.train.batch_size) == (200, 5, 50)
             assert cfg.train.lr == (0.01 if fmnist else 0.02)

@@ -100,7 +100,7 @@ def pathological(
     reuse: bool = True,
     cover_all: bool = True,
     max_tries: int = 1000,
-) -> list[np.ndarray]:
+) -> Split:
     """ReBaFL's pathological split (rebafl.md §4.3, §7.13): each client draws
     `classes_per_client` distinct classes uniformly at random and gets exactly `per_class`
     samples of each (ReBaFL: 2 × 500, n_i = 1000).
@@ -109,6 +109,8 @@ def pathological(
     (more demand than samples, e.g. m = 50 on CIFAR-10) it wraps around if `reuse` (ReBaFL's
     code; counted as `reused` in partition.json), else that is an error. `cover_all` redraws
     the label sets until every class has a holder (a documented deviation, rebafl.md §7.13).
+    partition.json's `info.label_sets` records which label sets were drawn (`label_set_coverage`):
+    Table I's calibration baselines depend on them (issue 18, rebafl.md).
     """
     if per_class < 1:
         raise FedshareError(f"partition.per_class={per_class} must be at least 1")
@@ -118,7 +120,20 @@ def pathological(
     )
     counts = [np.full(classes_per_client, per_class)] * num_clients
     knob = f"partition.per_class={per_class}"
-    return take_from_pools(labels, rng, sets, counts, reuse, "pathological", knob)
+    indices = take_from_pools(labels, rng, sets, counts, reuse, "pathological", knob)
+    return Split(indices, info={"label_sets": label_set_coverage(sets, c)})
+
+
+def label_set_coverage(label_sets: Sequence[np.ndarray], num_classes: int) -> dict[str, int]:
+    """How many distinct label sets the clients hold, and how many of the C·(C−1)/2 class pairs
+    some client holds together."""
+    distinct = {tuple(sorted(int(c) for c in s)) for s in label_sets}
+    pairs = {(a, b) for s in distinct for i, a in enumerate(s) for b in s[i + 1 :]}
+    return {
+        "distinct": len(distinct),
+        "class_pairs_held": len(pairs),
+        "class_pairs": num_classes * (num_classes - 1) // 2,
+    }
 
 
 @register_partition("clustered")
