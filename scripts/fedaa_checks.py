@@ -70,9 +70,9 @@ MOON_MU = {"cifar10s_islands": 5, "fmnist_shards": 1}
 T_975 = {2: 12.706, 3: 4.303}
 
 
-def cells() -> list[tuple[str, str, int]]:
+def cells(seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, str, int]]:
     """Seed by seed, so that an interrupted sweep has every cell at the first seeds."""
-    return [(s, m, seed) for seed in SEEDS for s in SETTINGS for m in METHODS]
+    return [(s, m, seed) for seed in seeds for s in SETTINGS for m in METHODS]
 
 
 def command(setting: str, method: str, seed: int, out: Path) -> list[str]:
@@ -98,8 +98,8 @@ def completed(folder: Path) -> bool:
     return summary.exists() and json.loads(summary.read_text())["status"] == "completed"
 
 
-def run(out: Path, worker: int, workers: int) -> None:
-    for i, (setting, method, seed) in enumerate(cells()):
+def run(out: Path, worker: int, workers: int, seeds: tuple[int, ...]) -> None:
+    for i, (setting, method, seed) in enumerate(cells(seeds)):
         if i % workers != worker or completed(out / setting / method / f"seed{seed}"):
             continue
         print(f"{setting} {method} seed {seed}", flush=True)
@@ -139,12 +139,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/fedaa_checks"))
     parser.add_argument("--worker", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--report", action="store_true")
     args = parser.parse_args()
     if args.report:
         report(args.out)
     else:
-        run(args.out, args.worker, args.workers)
+        run(args.out, args.worker, args.workers, tuple(args.seeds))
 
 
 if __name__ == "__main__":

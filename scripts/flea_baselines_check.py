@@ -1,26 +1,39 @@
-"""FedAvg vs FedDecorr vs FedNTD vs CCVR (FLea's baselines, their FLea values) under label skew on
-digits: 10 clients × 2 classes × 80 samples, half of them a round, 20 rounds, E = 2, SGD 0.05
-with momentum 0.9, cnn_small; seeds 0-2.
+"""FedAvg vs FLea's baselines (FedDecorr, FedNTD, CCVR, FedBR, FedGen; their FLea values) under
+label skew on digits: 10 clients × 2 classes × 80 samples, half of them a round, 20 rounds,
+E = 2, SGD 0.05 with momentum 0.9, cnn_small; seeds 0-2. FedGen warms up for 10 of the 20
+rounds (30 of 100 in FLea).
 
-    python scripts/flea_baselines_check.py
+    python scripts/flea_baselines_check.py              # every method
+    python scripts/flea_baselines_check.py fedbr fedgen # some
 """
 
+import sys
 import time
 
 import torch
 
 from fedshare import simulate
 from fedshare.data import federate, load_dataset
+from fedshare.strategies import make_strategy
+
+PARAMS = {"fedgen": {"warmup_rounds": 10}}
+METHODS = ("fedavg", "feddecorr", "fedntd", "ccvr", "fedbr", "fedgen")
 
 torch.set_num_threads(1)
 partition = {"name": "pathological", "classes_per_client": 2, "per_class": 80}
 train = {"local_epochs": 2, "batch_size": 32, "lr": 0.05, "momentum": 0.9}
-for name in ("fedavg", "feddecorr", "fedntd", "ccvr"):
+for name in sys.argv[1:] or METHODS:
     finals, bests, start = [], [], time.time()
     for seed in (0, 1, 2):
         fed = federate(load_dataset({"name": "digits"}, seed=seed), partition, 10, seed)
         result = simulate(
-            name, fed, "cnn_small", rounds=20, seed=seed, train=train, clients={"fraction": 0.5}
+            make_strategy(name, PARAMS.get(name)),
+            fed,
+            "cnn_small",
+            rounds=20,
+            seed=seed,
+            train=train,
+            clients={"fraction": 0.5},
         )
         finals.append(round(result.final_accuracy, 1))
         bests.append(round(result.best_accuracy, 1))

@@ -1,12 +1,17 @@
 """The context-identification attack of FLea's Fig. 9(d) (flea.md §7, §8 item 27)."""
 
+import json
+
 import pytest
 import torch
 
+from fedshare import simulate
+from fedshare.data import federate, load_dataset
 from fedshare.data.dataset import Dataset
 from fedshare.errors import FedshareError
 from fedshare.models import build_model
 from fedshare.privacy.context import ContextAttack, context_attack, stamp
+from helpers import DIGITS_TRAIN, digits_federation
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -44,3 +49,54 @@ def test_reading_off_the_samples_needed():
     assert attack.samples_for(90) == 300 and attack.samples_for(99.5) is None
     with pytest.raises(FedshareError, match="view 'pixels' is not one of: raw, average"):
         context_attack(noise_images(10), "pixels")
+
+
+@pytest.mark.parametrize(("name", "view"), [("fedmix", "average"), ("flea", "features")])
+def test_eval_context_attack_reports_in_the_summary_of_a_sharing_strategy(name, view, tmp_path):
+
+    result = simulate(
+        name,
+        digits_federation("dirichlet", 6),
+        "cnn_small",
+        rounds=1,
+        train=DIGITS_TRAIN,
+        eval={"context_attack": [50, 100]},
+        run_dir=tmp_path,
+    )
+    summary = result.summary
+    assert summary["context_attack_view"] == view
+    assert set(summary["context_attack_accuracy"]) == {"50", "100"}
+    assert all(0 <= a <= 100 for a in summary["context_attack_accuracy"].values())
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["context_attack_accuracy"] == summary["context_attack_accuracy"]
+
+
+def test_eval_context_attack_is_refused_before_round_zero_where_it_cannot_run(tmp_path):
+
+    with pytest.raises(FedshareError, match="strategy=fedavg shares none"):
+        simulate(
+            "fedavg",
+            digits_federation("iid", 4),
+            "cnn_small",
+            rounds=1,
+            train=DIGITS_TRAIN,
+            eval={"context_attack": [100]},
+            run_dir=tmp_path / "a",
+        )
+    assert (
+        not (tmp_path / "a" / "metrics.jsonl").exists()
+        or not (tmp_path / "a" / "metrics.jsonl").read_text()
+    )
+    flat = federate(
+        load_dataset({"name": "synthetic", "train_size": 200, "test_size": 50}), "iid", 4, 0
+    )
+    with pytest.raises(FedshareError, match="C×H×W images of at least 7×7"):
+        simulate("fedmix", flat, "mlp", rounds=1, eval={"context_attack": [100]})
+    with pytest.raises(FedshareError, match="at least 2"):
+        simulate(
+            "fedmix",
+            digits_federation("iid", 4),
+            "cnn_small",
+            rounds=1,
+            eval={"context_attack": [1]},
+        )

@@ -13,7 +13,7 @@ from fedshare.paper.compare import compare, entries, lookup
 from fedshare.run import config_dir
 from helpers import run_preset
 
-METHODS = ("flea", "fedavg", "fedmix", "feddata", "feddecorr", "fedntd", "ccvr")
+METHODS = ("flea", "fedavg", "fedmix", "feddata", "feddecorr", "fedntd", "ccvr", "fedbr", "fedgen")
 PRESETS = sorted({e.preset for e in entries("flea")})
 DATA_FILES = {
     "cifar10": "cifar-10-batches-py",

@@ -44,6 +44,7 @@ from fedshare.engine.separability import davies_bouldin, has_features, penultima
 from fedshare.errors import FedshareError, NonFiniteLossError
 from fedshare.models.base import prepare_for_device
 from fedshare.params import params_of
+from fedshare.privacy.context import check_run_attack, run_attack_summary
 from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
@@ -179,6 +180,7 @@ class Simulation:
         self._elapsed_before = 0.0
         self._start = time.perf_counter()
         self.status = "running"
+        self.context_summary: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ one round
     def _client_updates(
@@ -293,6 +295,13 @@ class Simulation:
     def _setup(self, state: dict[str, Any] | None) -> None:
         self.strategy.setup(SetupContext(self.model, self.data, self.config, self.device))
         dataset = self.data.dataset
+        if self.config.eval.context_attack:
+            check_run_attack(
+                self.strategy.context_view(),
+                self.strategy.name,
+                dataset.input_shape,
+                self.config.eval.context_attack,
+            )
         self.client_side = client_side(
             self.strategy,
             ClientSetup(
@@ -364,6 +373,7 @@ class Simulation:
                 self.client_states.bytes_held + self.kept.bytes_held + self.inboxes.bytes_held
             ),
             **self.strategy.summary_metrics(),
+            **self.context_summary,
         )
 
     def run(self, resume: bool = False) -> RunResult:
@@ -406,6 +416,15 @@ class Simulation:
             "local_train_davies_bouldin": davies_bouldin(penultimate(self.worker, x), y),
             "local_test_davies_bouldin": davies_bouldin(test, dataset.y_test),
         }
+
+    def _context_attack(self) -> None:
+        """`eval.context_attack` on what the finished run shared (once, for `summary.json`)."""
+        sizes = self.config.eval.context_attack
+        view = self.strategy.context_view()
+        if sizes and view is not None:
+            self.context_summary = run_attack_summary(
+                view, self.data.dataset, sizes, self.config.seed
+            )
 
     def _count_final_download(self) -> None:
         """Every client downloads the one-shot result once (counted when the run completes)."""
@@ -466,6 +485,7 @@ class Simulation:
             else:
                 self.status = "completed"
                 self._count_final_download()
+                self._context_attack()
         except NonFiniteLossError:
             self.status = "diverged"
             raise

@@ -18,6 +18,7 @@ given), Adam 1e-3. The result is the test accuracy for each attacker training-se
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -33,13 +34,17 @@ VIEWS = ("raw", "average", "features")
 MARKER = (slice(2, 7), slice(2, 7))
 
 
-def stamp(stored: torch.Tensor, dataset: Dataset) -> torch.Tensor:
-    """Stored images with the marker at full intensity (255 for uint8, 1/scale otherwise)."""
-    if stored.dim() != 4 or stored.shape[2] < 7 or stored.shape[3] < 7:
+def check_images(input_shape: Sequence[int]) -> None:
+    if len(input_shape) != 3 or input_shape[1] < 7 or input_shape[2] < 7:
         raise FedshareError(
             f"the context attack stamps a 5×5 marker at [2:7, 2:7] and needs C×H×W images of at "
-            f"least 7×7, got {tuple(stored.shape[1:])}"
+            f"least 7×7, got {tuple(input_shape)}"
         )
+
+
+def stamp(stored: torch.Tensor, dataset: Dataset) -> torch.Tensor:
+    """Stored images with the marker at full intensity (255 for uint8, 1/scale otherwise)."""
+    check_images(stored.shape[1:])
     marked = stored.clone()
     full = 255 if stored.dtype == torch.uint8 else 1.0 / dataset.scale
     marked[:, 0, MARKER[0], MARKER[1]] = full
@@ -150,3 +155,35 @@ def _view(
     if layer is None:
         raise FedshareError("the features view needs a block model with a FLea split")
     return lambda e: activations(model, prepared(e)[:, 0], layer).flatten(1)
+
+
+SHARING = "flea, fedmix, fedbr, feddata, ccvr"
+
+
+def check_run_attack(
+    view: dict[str, Any] | None, strategy: str, input_shape: Sequence[int], sizes: Sequence[int]
+) -> None:
+    """Refuse `eval.context_attack` before round 0 where it cannot run at the end."""
+    if view is None:
+        raise FedshareError(
+            f"eval.context_attack needs a strategy that shares items derived from inputs "
+            f"({SHARING}); strategy={strategy} shares none"
+        )
+    check_images(input_shape)
+    bad = [n for n in sizes if n < 2]
+    if bad:
+        raise FedshareError(
+            f"eval.context_attack={list(sizes)}: every size must be at least 2, not {bad}"
+        )
+
+
+def run_attack_summary(
+    view: dict[str, Any], dataset: Dataset, sizes: Sequence[int], seed: int
+) -> dict[str, Any]:
+    """`summary.json` keys of the attack on a finished run's shared items."""
+    result = context_attack(dataset, sizes=sizes, seed=seed, **view)
+    return {
+        "context_attack_view": view["view"],
+        "context_attack_accuracy": {str(n): round(a, 2) for n, a in result.accuracy.items()},
+        "context_attack_samples_for_90": result.samples_for(90.0),
+    }

@@ -19,9 +19,11 @@ from fedshare.strategies.fedavg import FedAvg
 from fedshare.strategies.fedavg_ft import FedAvgFT
 from fedshare.strategies.fedbabu import FedBABU
 from fedshare.strategies.fedbn import FedBN
+from fedshare.strategies.fedbr import FedBR
 from fedshare.strategies.feddata import FedData
 from fedshare.strategies.feddecorr import FedDecorr
 from fedshare.strategies.feddyn import FedDyn
+from fedshare.strategies.fedgen import FedGen
 from fedshare.strategies.fedlc import FedLC
 from fedshare.strategies.fedmix import FedMix
 from fedshare.strategies.fedntd import FedNTD
@@ -54,9 +56,11 @@ __all__ = [
     "FedAvgFT",
     "FedBABU",
     "FedBN",
+    "FedBR",
     "FedData",
     "FedDecorr",
     "FedDyn",
+    "FedGen",
     "FedLC",
     "FedMix",
     "FedNTD",

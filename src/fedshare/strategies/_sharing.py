@@ -1,22 +1,26 @@
-"""Pieces shared by the strategies that share data-derived artefacts (FLea, FedMix, FedData).
+"""Pieces shared by the strategies that share data-derived artefacts (FLea, FedMix, FedBR,
+FedData).
 
 * `fixed_subset` / `fixed_groups`: which of a client's samples it shares, drawn once per client
   from (seed, purpose, client), so the same samples are exposed every time (flea.md §8 item 9);
 * `OneShotSharing`: round 0 gathers artefacts from *every* client and sends the pool to every
   client once, which keeps it (FedMix and FedData as FLea's code runs them, flea.md §5); the
   engine counts the bytes of both exchanges; exposure and the dCor of the shared items are
-  tracked.
+  tracked;
+* `MeanSharing`: the one-shot upload of means of `mean_size` samples (FedMix with their mean
+  labels, FedBR without labels).
 """
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError
+from fedshare.functional.mixup import as_soft_labels
 from fedshare.privacy.dcor import mean_distance_correlation
 from fedshare.privacy.exposure import ExposureTracker
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
@@ -179,3 +183,48 @@ class OneShotSharing(Strategy):
         self.pool_owners = list(state["pool_owners"])
         self.exposure.load_state_dict(state["exposure"])
         self.shared_dcor = state["shared_dcor"]
+
+
+@dataclass
+class MeanSharing(OneShotSharing):
+    """Round 0: each client uploads ⌊|D_k|/M⌋ means of M consecutive samples of one shuffled
+    pass of its prepared inputs (M = `mean_size`), with the means of their one-hot labels when
+    the method shares labels (`shares_labels`)."""
+
+    shares_labels: ClassVar[bool] = True
+    mean_size: int = 10
+
+    def setup(self, ctx: SetupContext) -> None:
+        if self.mean_size < 1:
+            raise FedshareError(f"strategy.mean_size={self.mean_size} must be at least 1")
+        super().setup(ctx)
+
+    def groups(self, seed: int, client_id: int, n: int) -> torch.Tensor:
+        """The client's fixed groups of `mean_size` positions (the same on both sides)."""
+        return fixed_groups(seed, f"{self.name}/groups", client_id, n, self.mean_size)
+
+    def server_groups(self, client_id: int) -> torch.Tensor:
+        return self.groups(self.config.seed, client_id, self.data.client_sizes[client_id])
+
+    def shared_positions(self, client_id: int) -> torch.Tensor:
+        return self.server_groups(client_id).flatten()
+
+    def share_step(self, client: Client, message: Message) -> Update:
+        groups = self.groups(client.seed, client.id, client.num_samples).to(client.device)
+        if groups.numel() == 0:
+            return Update(client.id, client.num_samples)
+        x, y = client.data(groups.flatten())
+        payload = {"means": x.view(*groups.shape, *x.shape[1:]).mean(dim=1)}
+        if self.shares_labels:
+            labels = as_soft_labels(y, client.num_classes).view(*groups.shape, -1)
+            payload["label_means"] = labels.mean(dim=1)
+        return Update(client.id, client.num_samples, payload=payload)
+
+    def context_view(self) -> dict[str, Any]:
+        return {"view": "average", "group": self.mean_size}
+
+    def metric_pairs(self, client_id: int, payload: dict[str, torch.Tensor]) -> tuple:
+        groups = self.server_groups(client_id).to(self.device)
+        x, _ = self.data.dataset.train_batch(self.data.client_indices[client_id][groups.flatten()])
+        sources = x.reshape(groups.shape[0], -1)  # the M source inputs of each mean, side by side
+        return sources, payload["means"]

@@ -129,6 +129,12 @@ class Strategy:
         """Extra run-level keys for `summary.json` (e.g. a privacy metric); none by default."""
         return {}
 
+    def context_view(self) -> dict[str, Any] | None:
+        """What an attacker sees of this method's shared items, as the `view` arguments of
+        `fedshare.privacy.context.context_attack` (`eval.context_attack`); None = the method
+        shares nothing derived from single inputs."""
+        return None
+
     # ------------------------------------------------------------------ helpers
     def load_weights(self, model: nn.Module, flat: torch.Tensor) -> nn.Module:
         return self.flat.load_(model, flat)

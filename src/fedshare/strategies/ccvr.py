@@ -17,6 +17,7 @@ inputs, which this strategy does not do (the spec follows the paper). With
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -69,6 +70,11 @@ class CCVR(FedAvg):
     def after_training(self, round_idx: int, cohort: list[int]) -> list[int]:
         """Every client, once, after the last round's aggregation."""
         return list(range(self.data.num_clients)) if round_idx == self.config.rounds - 1 else []
+
+    def context_view(self) -> dict[str, Any]:
+        """Single-input head-input features of the final global model."""
+        model = self.global_model()
+        return {"view": "features", "model": model, "split": model.num_blocks - 1}
 
     def feature_step(self, client: Client, message: Message) -> Update:
         """Features of a random `share_fraction` of the client's samples, with their labels."""

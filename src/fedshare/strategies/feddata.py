@@ -10,6 +10,7 @@ replacement; `share_with_replacement=true` restores it), the same choice as FLea
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -43,6 +44,9 @@ class FedData(OneShotSharing):
             self.share_with_replacement,
             self.share_min_samples,
         )
+
+    def context_view(self) -> dict[str, Any]:
+        return {"view": "raw"}
 
     def shared_positions(self, client_id: int) -> torch.Tensor:
         return self.positions(self.config.seed, client_id, self.data.client_sizes[client_id])

@@ -23,56 +23,25 @@ from fedshare.engine.rng import numpy_rng
 from fedshare.engine.training import shuffled_positions
 from fedshare.errors import FedshareError
 from fedshare.functional.losses import soft_cross_entropy
-from fedshare.functional.mixup import as_soft_labels, beta_weights, mix_labels, mix_pair
+from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
 from fedshare.strategies._local import train_local
-from fedshare.strategies._sharing import OneShotSharing, fixed_groups
+from fedshare.strategies._sharing import MeanSharing
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 
 
 @register_strategy("fedmix")
 @dataclass
-class FedMix(OneShotSharing):
+class FedMix(MeanSharing):
     """Mix-up of local inputs with globally shared mini-batch means (inputs and labels)."""
 
-    mean_size: int = 10
     beta_a: float = 2.0
     beta_per_sample: bool = False
     local_ce_weight: float = 0.0
 
     def setup(self, ctx: SetupContext) -> None:
-        if self.mean_size < 1:
-            raise FedshareError(f"strategy.mean_size={self.mean_size} must be at least 1")
         if self.beta_a <= 0:
             raise FedshareError(f"strategy.beta_a={self.beta_a} must be positive")
         super().setup(ctx)
-
-    def groups(self, seed: int, client_id: int, n: int) -> torch.Tensor:
-        """The client's fixed groups of `mean_size` positions (the same on both sides)."""
-        return fixed_groups(seed, "fedmix/groups", client_id, n, self.mean_size)
-
-    def server_groups(self, client_id: int) -> torch.Tensor:
-        return self.groups(self.config.seed, client_id, self.data.client_sizes[client_id])
-
-    def shared_positions(self, client_id: int) -> torch.Tensor:
-        return self.server_groups(client_id).flatten()
-
-    def share_step(self, client: Client, message: Message) -> Update:
-        groups = self.groups(client.seed, client.id, client.num_samples).to(client.device)
-        if groups.numel() == 0:
-            return Update(client.id, client.num_samples)
-        x, y = client.data(groups.flatten())
-        num_classes = client.num_classes
-        means = x.view(*groups.shape, *x.shape[1:]).mean(dim=1)
-        label_means = as_soft_labels(y, num_classes).view(*groups.shape, -1).mean(dim=1)
-        return Update(
-            client.id, client.num_samples, payload={"means": means, "label_means": label_means}
-        )
-
-    def metric_pairs(self, client_id: int, payload: dict[str, torch.Tensor]) -> tuple:
-        groups = self.server_groups(client_id).to(self.device)
-        x, _ = self.data.dataset.train_batch(self.data.client_indices[client_id][groups.flatten()])
-        sources = x.reshape(groups.shape[0], -1)  # the M source inputs of each mean, side by side
-        return sources, payload["means"]
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)

@@ -389,6 +389,11 @@ class FLea(Strategy):
                 self.round_metrics["shared_dcor"] = value
 
     # ------------------------------------------------------------------ results, checkpoint
+    def context_view(self) -> dict[str, Any]:
+        """Single-input activations at l of the final global model (the paper uses snapshots
+        during training, at c = 0.65 and 0.40)."""
+        return {"view": "features", "model": self.global_model(), "split": self.split}
+
     def summary_metrics(self) -> dict[str, Any]:
         history = self.shared_dcor_history
         return {
