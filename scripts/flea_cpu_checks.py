@@ -4,6 +4,8 @@ run and a mean ± std table.
 
     python scripts/flea_cpu_checks.py accuracy --partition qua3 --seeds 0 1 2
     python scripts/flea_cpu_checks.py privacy --seeds 0 1 2
+    python scripts/flea_cpu_checks.py accuracy --methods fedavg fedprox fedgen \
+        --params '{"fedprox": {"mu": 0.001}, "fedgen": {"warmup_rounds": 12}}'
 """
 
 import argparse
@@ -65,6 +67,7 @@ def run(
         seed=seed,
         clients={"fraction": args.fraction},
         train={**TRAIN, "local_epochs": args.epochs},
+        eval={"context_attack": args.context_attack, "davies_bouldin": args.davies_bouldin},
         device="cpu",
     )
     last = result.history[-1]
@@ -75,11 +78,14 @@ def run(
         "partition": args.partition,
         "best": round(result.best_accuracy, 2),
         "final": round(result.final_accuracy, 2),
+        "last5": round(sum(r["accuracy"] for r in result.history[-5:]) / 5, 2),
         "shared_dcor": result.summary.get("shared_dcor"),
         "train_dcor": last.get("train_dcor"),
         "exposure_pairs": result.summary.get("exposure_pairs"),
         "exposure_data_mean": result.summary.get("exposure_data_mean"),
         "bytes_shared": result.summary["bytes_shared"],
+        "context_attack": result.summary.get("context_attack_accuracy"),
+        **{k: v for k, v in last.items() if k.endswith("davies_bouldin")},
         "seconds": round(time.perf_counter() - start, 1),
         "model": result.strategy.global_model(),
         "fed": fed,
@@ -118,13 +124,28 @@ def main() -> None:
     parser.add_argument("--width", type=float, default=1.0)
     parser.add_argument("--split", type=int, default=1, help="FLea's split layer")
     parser.add_argument("--lambdas", type=float, nargs="+", default=[0.0, 3.0])
+    parser.add_argument(
+        "--davies-bouldin",
+        action="store_true",
+        help="log FLea's Fig. 3 separability (global and local models, last round in the row)",
+    )
+    parser.add_argument(
+        "--context-attack",
+        type=int,
+        nargs="*",
+        default=[],
+        help="attacker training-set sizes of FLea's Fig. 9(d) attack (sharing methods only)",
+    )
+    parser.add_argument(
+        "--params", type=json.loads, default={}, help="JSON: {method: {parameter: value}}"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
     for seed in args.seeds:
         fed = federation(args, seed)
         if args.check == "accuracy":
-            jobs = [(m, {}) for m in args.methods]
+            jobs = [(m, dict(args.params.get(m, {}))) for m in args.methods]
         else:
             jobs = [
                 (
@@ -135,7 +156,8 @@ def main() -> None:
             ]
         for method, params in jobs:
             row = run(fed, method, params, args, seed)
-            row["label"] = method if not params else f"{method} λ2={params['dcor_weight']:g}"
+            privacy = args.check == "privacy"
+            row["label"] = f"{method} λ2={params['dcor_weight']:g}" if privacy else method
             if args.check == "privacy":
                 attack = reconstruction_attack(row["model"], row["fed"].dataset, seed=seed)
                 row["decoder_train_mse"] = round(attack.train_mse, 5)
@@ -144,6 +166,8 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     table(rows)
+    if args.check == "accuracy":
+        table(rows, "last5")
     if args.check == "privacy":
         table(rows, "shared_dcor")
         table(rows, "decoder_train_mse")

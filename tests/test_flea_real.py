@@ -71,17 +71,23 @@ def test_flea_and_fedmix_beat_fedavg_on_fmnist_qua3(fmnist):
 @pytest.mark.slow
 @pytest.mark.parametrize("partition", ["qua3", "dir0.1"])
 def test_orderings_over_seeds(fmnist, partition):
-    """§9 B12–14 over seeds 0–2: FLea > FedAvg, FedMix > FedAvg, FedData ≥ FLea − 1."""
+    """§9 B12–14 over seeds 0–2 at 40 rounds (not starved, issue 17 item 3): FLea > FedAvg,
+    FedMix > FedAvg, FedData ≥ FLea; FLea ahead of FedMix under Qua(3) (measured +3.3 on the
+    mean, ahead on every seed) and within 3 points of it under Dir(0.1) (measured −0.8)."""
     best: dict[str, list[float]] = {}
     for seed in range(3):
         for method in ("fedavg", "flea", "fedmix", "feddata"):
-            run = fmnist_run(fmnist, partition, method, seed)
+            run = fmnist_run(fmnist, partition, method, seed, rounds=40)
             best.setdefault(method, []).append(run.best_accuracy)
     mean = {k: statistics.mean(v) for k, v in best.items()}
     assert mean["flea"] >= mean["fedavg"] + 5.0, best
     assert mean["fedmix"] >= mean["fedavg"] + 5.0, best
-    assert mean["feddata"] >= mean["flea"] - 1.0, best
+    assert mean["feddata"] >= mean["flea"], best
     assert all(f > a for f, a in zip(best["flea"], best["fedavg"], strict=True)), best
+    if partition == "qua3":
+        assert mean["flea"] >= mean["fedmix"] + 1.0, best
+    else:
+        assert mean["flea"] >= mean["fedmix"] - 3.0, best
 
 
 @pytest.mark.slow
