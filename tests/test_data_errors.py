@@ -453,3 +453,18 @@ def test_truncated_cifar_pickle(tmp_path: Path) -> None:
     batch.write_bytes(py2_pickle({b"data": np.zeros((2, 3072), np.uint8)}))
     with pytest.raises(FedshareError, match=corrupt(batch, "no 'labels' entry")):
         load_dataset({"name": "cifar10", "root": str(tmp_path), "source": "pickle"})
+
+
+def test_normalisation_constants_can_be_given_and_are_checked():
+    own = load_dataset({"name": "digits"})
+    code = load_dataset({"name": "digits", "mean": [0.5], "std": [0.25]})
+    assert code.mean == (0.5,) and code.std == (0.25,)
+    x = own.x_train[:4]
+    expected = (x * own.scale - 0.5) / 0.25
+    assert torch.allclose(code.prepare(x), expected.to(code.prepare(x).dtype), atol=1e-6)
+    with pytest.raises(FedshareError, match="give both"):
+        load_dataset({"name": "digits", "mean": [0.5]})
+    with pytest.raises(FedshareError, match=r"need 1 value\(s\) each"):
+        load_dataset({"name": "digits", "mean": [0.5, 0.5], "std": [0.2, 0.2]})
+    with pytest.raises(FedshareError, match="must be positive"):
+        load_dataset({"name": "digits", "mean": [0.5], "std": [0.0]})

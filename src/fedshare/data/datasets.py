@@ -40,6 +40,8 @@ COMMON_KEYS = (
     "train_subset",
     "test_subset",
     "normalize",
+    "mean",
+    "std",
     "augment",
     "features",
     "features_weights",
@@ -57,7 +59,8 @@ def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
     Common keys: `root`, `download`, `cache` (use the processed-tensor cache), `class_subset`
     (keep that many randomly drawn classes, FedAA's CIFAR-100 "data islands"), `train_subset`
     (a class-balanced subset of the training set), `test_subset`, `normalize` (per-channel
-    mean/std), `augment` (batch augmentation).
+    mean/std), `mean`/`std` (other constants than the loader's, e.g. a paper code's),
+    `augment` (batch augmentation).
     """
     cfg = dict(cfg)
     name = cfg.get("name")
@@ -89,6 +92,8 @@ def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
             data.y_test.numpy(), int(cfg["test_subset"]), numpy_rng(seed, "test_subset")
         )
         data = replace(data, x_test=data.x_test[keep], y_test=data.y_test[keep])
+    if cfg.get("mean") is not None or cfg.get("std") is not None:
+        data = with_statistics(data, cfg.get("mean"), cfg.get("std"))
     if cfg.get("normalize") is False:
         data = replace(data, mean=None, std=None)
     if cfg.get("augment") is False:
@@ -98,6 +103,24 @@ def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
 
         data = extract_features(data, cfg, request)
     return data
+
+
+def with_statistics(data: Dataset, mean: Any, std: Any) -> Dataset:
+    """`data` normalised with the given per-channel constants instead of the loader's."""
+    channels = len(data.mean) if data.mean is not None else data.input_shape[0]
+    if mean is None or std is None:
+        raise FedshareError(
+            f"data.mean={mean} and data.std={std}: give both (one value per channel) or neither"
+        )
+    mean, std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
+    if len(mean) != channels or len(std) != channels:
+        raise FedshareError(
+            f"data.mean={list(mean)} and data.std={list(std)} need {channels} value(s) each, "
+            f"one per channel of {data.name}"
+        )
+    if min(std) <= 0:
+        raise FedshareError(f"data.std={list(std)} must be positive")
+    return replace(data, mean=mean, std=std)
 
 
 def keep_classes(data: Dataset, count: int, rng: np.random.Generator) -> Dataset:
