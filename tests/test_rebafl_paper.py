@@ -16,6 +16,11 @@ from helpers import run_preset
 TABLES = ("rebafl_table1", "rebafl_table2", "rebafl_table3")
 DATA_FILES = {"fmnist": "FashionMNIST/raw", "cifar10": "cifar-10-batches-py"}
 CELLS = [(t, e.preset, e.method) for t in TABLES for e in entries(t)]
+PAIR_SENSITIVE = ("bsm_fedavg", "fedlc", "fedrs")
+PARTITION_SEEDS = (2022, 2023, 2024)
+"""Table I's calibration baselines depend on which class pairs the pathological split draws
+(BSM-FedAvg moved 39 -> 57 over three partition seeds while FedAvg moved 2, docs/rebafl.md):
+their cells are judged on the mean over these partition seeds (issue 18, ReBaFL item 1)."""
 
 
 def overrides(table: str, method: str) -> list[str]:
@@ -91,6 +96,12 @@ def test_table_cell_last10_mean_accuracy(table, preset, method, tmp_path):
     root = data_root_or_skip(DATA_FILES[dataset])
     seed = os.environ.get("FEDSHARE_PAPER_SEED", "0")
     cell = [f"experiment={preset}", *extra, f"seed={seed}", f"data.root={root}"]
-    summary = run_preset(cell, tmp_path / "run")
-    result = compare(table, preset, method, summary["last10_mean_accuracy"])
-    assert result.ok, str(result)
+    pathological = table == "rebafl_table1" and "_pat2_" in preset
+    splits = PARTITION_SEEDS if pathological and method in PAIR_SENSITIVE else (None,)
+    values = []
+    for split in splits:
+        more = [] if split is None else [f"partition.seed={split}"]
+        summary = run_preset([*cell, *more], tmp_path / f"run{split or ''}")
+        values.append(summary["last10_mean_accuracy"])
+    result = compare(table, preset, method, sum(values) / len(values))
+    assert result.ok, f"{result} (partition seeds {splits}: {values})"
