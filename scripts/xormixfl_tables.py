@@ -1,4 +1,5 @@
-"""Reproduce XorMixFL's Table 2 (accuracy) and Table 3 (MDS) with the experiment presets.
+"""Reproduce XorMixFL's Table 2 (accuracy), Table 3 (MDS) and Table 4 (test and label-9
+accuracy by M, α and p) with the experiment presets.
 
     python scripts/xormixfl_tables.py run --table 2 --seeds 0 1 2 --out results/xormixfl
     python scripts/xormixfl_tables.py run --table 2 ...   # more workers share the queue
@@ -31,6 +32,9 @@ TARGETS = [[9], [0, 2, 4, 8], [0, 2], [2, 4]] + [[k] for k in range(9)] + [[0, 8
 """The sweep's order: the columns the paper discusses first, so a partial sweep is useful."""
 
 
+ALPHAS = (0.25, 0.5, 0.95)
+
+
 def label(targets: list[int]) -> str:
     return "[" + ",".join(map(str, targets)) + "]"
 
@@ -49,6 +53,20 @@ def jobs(table: int, seeds: list[int]) -> list[dict[str, Any]]:
                             "overrides": overrides,
                         }
                     )
+    elif table == 4:
+        for seed in seeds:
+            for p in (1, 5):
+                for method in ("xormixfl", "mixfl"):
+                    for m in (1, 2, 3):
+                        for alpha in ALPHAS:
+                            overrides = [
+                                f"strategy={method}",
+                                f"strategy.M={m}",
+                                f"strategy.alpha={alpha}",
+                                f"strategy.p={p}",
+                            ]
+                            key = f"{method} M={m} alpha={alpha} p={p} {seed}"
+                            out.append({"key": key, "seed": seed, "overrides": overrides})
     else:
         for seed in seeds:
             for method in ("xormixfl", "mixfl"):
@@ -219,6 +237,9 @@ def cmd_report(args: argparse.Namespace) -> None:
     t2 = load(out / "table2.jsonl")
     if t2:
         report_table2(t2, lookup)
+    t4 = load(out / "table4.jsonl")
+    if t4:
+        report_table4(t4, lookup)
     t3 = load(out / "table3.jsonl")
     if t3:
         print(
@@ -242,11 +263,30 @@ def cmd_report(args: argparse.Namespace) -> None:
                     )
 
 
+def report_table4(t4: dict[str, list[dict[str, Any]]], lookup: Any) -> None:
+    """Test and label-9 accuracy per (scheme, p, M, α), measured beside the paper's."""
+    print("\n| Scheme | p | M | α | test (measured) | paper | label 9 (measured) | paper |")
+    print("|---|---|---|---|---|---|---|---|")
+    for method in ("xormixfl", "mixfl"):
+        for p in (1, 5):
+            for m in (1, 2, 3):
+                for alpha in ALPHAS:
+                    runs = t4.get(f"{method} M={m} alpha={alpha} p={p}", [])
+                    preset = f"xormixfl/table4 strategy.M={m} strategy.alpha={alpha} strategy.p={p}"
+                    test = lookup("xormixfl_table4", preset, method).mean
+                    nine = lookup("xormixfl_table4_label9", preset, method).mean
+                    print(
+                        f"| {NAMES[method]} | {p} | {m} | {alpha} | "
+                        f"{fmt([r['final_accuracy'] for r in runs])} | {test:.2f} | "
+                        f"{fmt([r['target_accuracy'] for r in runs])} | {nine:.2f} |"
+                    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
-    run.add_argument("--table", type=int, choices=(2, 3), default=2)
+    run.add_argument("--table", type=int, choices=(2, 3, 4), default=2)
     run.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     run.add_argument("--out", default="results/xormixfl")
     report = sub.add_parser("report")
