@@ -13,6 +13,7 @@ from fedshare.strategies.base import (
 from fedshare.strategies.bsm_fedavg import BSMFedAvg
 from fedshare.strategies.ccvr import CCVR
 from fedshare.strategies.centralized import Centralized
+from fedshare.strategies.dsfl import DSFL
 from fedshare.strategies.ensemble import Ensemble
 from fedshare.strategies.fedaa import FedAA
 from fedshare.strategies.fedavg import FedAvg
@@ -43,6 +44,7 @@ from fedshare.strategies.xormixfl import MixFL, XorMixFL
 
 __all__ = [
     "CCVR",
+    "DSFL",
     "MOON",
     "STRATEGIES",
     "BSMFedAvg",
