@@ -55,13 +55,22 @@ def server_partition(data: Dataset) -> dict:
 
 
 NEEDS_SERVER = ("xormixfl", "mixfl", "standalone")
-ON_FEATURES = ("fedpft", "dp_fedpft", "fedpft_chain", "oneshot_avg", "ensemble", "kd")
+ON_FEATURES = (
+    "fedpft",
+    "dp_fedpft",
+    "fedpft_chain",
+    "oneshot_avg",
+    "ensemble",
+    "kd",
+    "fedbe",
+    "fedkt",
+)
 """Heads on frozen features: run on the documented feature pipeline (a fixed random-ReLU map,
 `data.features=random_relu`, with `model=linear`), as `experiment=fedpft/digits_dir0.3` does."""
 HEAD_LR = {"lr": 1e-2}
 """FedPFT's Adam 1e-4 underfits heads on a few hundred samples per client (issue 18 item 5 and
 the `fedpft/digits_dir0.3` preset use 1e-2); the matrix trains the heads at 1e-2."""
-NEEDS_SERVER_DATA = ("fedavg_ft",)
+NEEDS_SERVER_DATA = ("fedavg_ft", "fedbe", "fedkt")
 """Strategies that train on data the server holds: 10 % of the training set is carved out."""
 NEEDS_BODY = {
     (s, "synthetic_mixture")

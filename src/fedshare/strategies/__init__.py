@@ -19,12 +19,14 @@ from fedshare.strategies.fedaa import FedAA
 from fedshare.strategies.fedavg import FedAvg
 from fedshare.strategies.fedavg_ft import FedAvgFT
 from fedshare.strategies.fedbabu import FedBABU
+from fedshare.strategies.fedbe import FedBE
 from fedshare.strategies.fedbn import FedBN
 from fedshare.strategies.fedbr import FedBR
 from fedshare.strategies.feddata import FedData
 from fedshare.strategies.feddecorr import FedDecorr
 from fedshare.strategies.feddyn import FedDyn
 from fedshare.strategies.fedgen import FedGen
+from fedshare.strategies.fedkt import FedKT
 from fedshare.strategies.fedlc import FedLC
 from fedshare.strategies.fedmix import FedMix
 from fedshare.strategies.fedntd import FedNTD
@@ -57,12 +59,14 @@ __all__ = [
     "FedAvg",
     "FedAvgFT",
     "FedBABU",
+    "FedBE",
     "FedBN",
     "FedBR",
     "FedData",
     "FedDecorr",
     "FedDyn",
     "FedGen",
+    "FedKT",
     "FedLC",
     "FedMix",
     "FedNTD",

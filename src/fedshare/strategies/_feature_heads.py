@@ -94,7 +94,7 @@ def fresh_head(dim: int, num_classes: int, generator: torch.Generator, device: o
 def fit_head(
     head: nn.Linear,
     x: torch.Tensor,
-    y: torch.Tensor,
+    y: torch.Tensor | None,
     train: TrainConfig,
     lr: float,
     generator: torch.Generator,
@@ -106,11 +106,14 @@ def fit_head(
     `epochs` (default `train.local_epochs`) shuffled passes; return the mean loss (a tensor).
 
     With a `teacher`, the loss is CE + T²·KL(softmax(teacher/T) ‖ softmax(head/T)) (the KD
-    baseline of fedpft.md §7 A15; `fedshare.functional.losses.distillation_kl`)."""
+    baseline of fedpft.md §7 A15; `fedshare.functional.losses.distillation_kl`); with a teacher
+    and `y=None` (unlabelled inputs) the distillation term alone."""
+    if y is None and teacher is None:
+        raise ValueError("fit_head needs labels, a teacher, or both")
 
     def step_loss(idx: torch.Tensor) -> torch.Tensor:
         logits = head(x[idx])
-        loss = F.cross_entropy(logits, y[idx])
+        loss = torch.zeros((), device=x.device) if y is None else F.cross_entropy(logits, y[idx])
         if teacher is not None:
             with torch.no_grad():
                 target = teacher(x[idx])

@@ -1,0 +1,43 @@
+"""FedKT (Li, He & Song, VLDB 2021, one-shot knowledge transfer) as FedPFT compares it (Table 5,
+specs/fedpft.md §4.3: "one-shot KD, no details given").
+
+The clients' uploaded heads vote on the server's unlabelled features (each head's argmax; the
+most frequent class wins, ties to the smaller class id), and the global head is trained on the
+votes as hard labels from the common initialisation (`_server_distillation`). Deviation: FedKT's
+two tiers of PATE (teacher partitions and student models inside each party, public data held by
+the parties, privacy noise) are not built; this is its server-side vote, the part the spec's
+one line describes.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.strategies._server_distillation import ServerDistillation
+from fedshare.strategies.base import register_strategy
+
+
+def majority_vote(votes: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """(teachers, n) class votes -> (n,) the most voted class; ties go to the smaller id."""
+    counts = F.one_hot(votes, num_classes).sum(dim=0)
+    return counts.argmax(dim=1)  # argmax returns the first maximum
+
+
+@register_strategy("fedkt")
+@dataclass
+class FedKT(ServerDistillation):
+    """Majority vote of the clients' heads on server inputs, learnt as hard labels."""
+
+    student_init: str = "fresh"
+
+    def teachers(self, heads: list[tuple[torch.Tensor, float]]) -> list[nn.Module]:
+        return self.client_heads(heads)
+
+    def distill(
+        self, teachers: list[nn.Module], feats: torch.Tensor, gen: torch.Generator
+    ) -> torch.Tensor:
+        with torch.no_grad():
+            votes = torch.stack([t(feats).argmax(dim=1) for t in teachers])
+        return self.fit(feats, majority_vote(votes, self.head.out_features), gen)
