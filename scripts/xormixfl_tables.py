@@ -39,7 +39,14 @@ def label(targets: list[int]) -> str:
     return "[" + ",".join(map(str, targets)) + "]"
 
 
-def jobs(table: int, seeds: list[int]) -> list[dict[str, Any]]:
+def mix_option(method: str, mix_order: str | None) -> list[str]:
+    """MixFL's `mix_order` override when one is asked for (`--mix-order equal`)."""
+    return [f"strategy.mix_order={mix_order}"] if method == "mixfl" and mix_order else []
+
+
+def jobs(
+    table: int, seeds: list[int], methods: list[str] | None = None, mix_order: str | None = None
+) -> list[dict[str, Any]]:
     out = []
     if table == 2:
         for targets in TARGETS:
@@ -56,11 +63,12 @@ def jobs(table: int, seeds: list[int]) -> list[dict[str, Any]]:
     elif table == 4:
         for seed in seeds:
             for p in (1, 5):
-                for method in ("xormixfl", "mixfl"):
+                for method in methods or ("xormixfl", "mixfl"):
                     for m in (1, 2, 3):
                         for alpha in ALPHAS:
                             overrides = [
                                 f"strategy={method}",
+                                *mix_option(method, mix_order),
                                 f"strategy.M={m}",
                                 f"strategy.alpha={alpha}",
                                 f"strategy.p={p}",
@@ -69,11 +77,12 @@ def jobs(table: int, seeds: list[int]) -> list[dict[str, Any]]:
                             out.append({"key": key, "seed": seed, "overrides": overrides})
     else:
         for seed in seeds:
-            for method in ("xormixfl", "mixfl"):
+            for method in methods or ("xormixfl", "mixfl"):
                 for m in (1, 2, 3):
                     for p in (1, 2, 3, 4, 5):
                         overrides = [
                             f"strategy={method}",
+                            *mix_option(method, mix_order),
                             f"strategy.M={m}",
                             f"strategy.p={p}",
                             "strategy.server_epochs=0",
@@ -136,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         done = {json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()}
     claims = out / "claims" / f"table{args.table}"
     claims.mkdir(parents=True, exist_ok=True)
-    for job in jobs(args.table, args.seeds):
+    for job in jobs(args.table, args.seeds, args.methods, args.mix_order):
         if job["key"] in done:
             continue
         try:  # several workers share the queue: the first to claim a job runs it
@@ -289,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--table", type=int, choices=(2, 3, 4), default=2)
     run.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     run.add_argument("--out", default="results/xormixfl")
+    run.add_argument("--methods", nargs="+", default=None, help="tables 3/4: xormixfl, mixfl")
+    run.add_argument("--mix-order", default=None, help="MixFL's strategy.mix_order (e.g. equal)")
     report = sub.add_parser("report")
     report.add_argument("--out", default="results/xormixfl")
     args = parser.parse_args(argv)
