@@ -112,6 +112,8 @@ def run_one(table: int, job: dict[str, Any], out: Path) -> dict[str, Any]:
         "progress=false",
         f"run_dir={run_dir}",
     ]
+    if (run_dir / "config.yaml").exists():  # a run killed before it finished: start it again
+        overrides.append("overwrite=true")
     with initialize_config_dir(str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     start = time.perf_counter()
@@ -121,7 +123,7 @@ def run_one(table: int, job: dict[str, Any], out: Path) -> dict[str, Any]:
     targets = [int(t) for t in cfg.partition.target_labels]
     return {
         "key": job["key"],
-        "overrides": overrides[:-1],
+        "overrides": [o for o in overrides if not o.startswith(("run_dir=", "overwrite="))],
         **{
             k: v
             for k, v in summary.items()
