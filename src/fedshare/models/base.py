@@ -128,6 +128,17 @@ def require_body(model: nn.Module, strategy: str) -> None:
         )
 
 
+def feature_width(model: nn.Module, input_shape: Sequence[int]) -> int:
+    """The size of `model.features` for one input of `input_shape` (probed in eval mode)."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        probe = torch.zeros((1, *input_shape), device=next(model.parameters()).device)
+        width = model.features(probe).flatten(1).shape[1]  # type: ignore[operator]
+    model.train(was_training)
+    return int(width)
+
+
 def prepare_for_device(
     model: nn.Module, device: torch.device | str | None = None, channels_last: bool = False
 ) -> nn.Module:

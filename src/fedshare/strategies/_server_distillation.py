@@ -63,6 +63,7 @@ class ServerDistillation(OneShotAverage):
 
     # ------------------------------------------------------------------ method hooks
     def teachers(self, heads: list[tuple[torch.Tensor, float]]) -> list[nn.Module]:
+        """The ensemble for the targets; called while `self.head` is the mean head."""
         raise NotImplementedError
 
     def distill(
@@ -78,15 +79,16 @@ class ServerDistillation(OneShotAverage):
         heads = [(v.float(), w) for v, w in self.heads_of(received) if w > 0]
         x, _ = self.data.server_batch()  # labels, if any, are not used
         feats = extract(self.model, x, self.l2_normalize)
-        gen = torch_generator(self.config.seed, f"{self.name}/server", device=self.device)
+        if not self.distill_epochs:
+            return
+        teachers = self.teachers(heads)  # `self.head` still holds the mean head here
         if self.student_init == "fresh":
             init = torch_generator(self.config.seed, "oneshot/head_init", device=self.device)
             start = fresh_head(feats.shape[1], self.head.out_features, init, self.device)
             self.head.load_state_dict(start.state_dict())
-        if self.distill_epochs:
-            teachers = self.teachers(heads)
-            self.round_metrics["teachers"] = len(teachers)
-            self.round_metrics["distill_loss"] = float(self.distill(teachers, feats, gen))
+        gen = torch_generator(self.config.seed, f"{self.name}/server", device=self.device)
+        self.round_metrics["teachers"] = len(teachers)
+        self.round_metrics["distill_loss"] = float(self.distill(teachers, feats, gen))
 
     def fit(
         self,

@@ -53,7 +53,7 @@ from fedshare.engine.rng import derive_seed, torch_generator
 from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError
 from fedshare.functional.fooling import SOLVERS, Box, fool
-from fedshare.models.base import require_body
+from fedshare.models.base import feature_width, require_body
 from fedshare.strategies._identifier import ClientIdentifier, train_identifier
 from fedshare.strategies._local import train_local
 from fedshare.strategies.base import (
@@ -136,13 +136,7 @@ class FedAA(FedAvg):
     # ------------------------------------------------------------------ both sides
     def _identifier_module(self, model: nn.Module, input_shape: tuple[int, ...]) -> nn.Module:
         require_body(model, "fedaa")
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            probe = torch.zeros((1, *input_shape), device=next(model.parameters()).device)
-            width = model.features(probe).flatten(1).shape[1]
-        model.train(was_training)
-        return ClientIdentifier(width, self.identifier_hidden)
+        return ClientIdentifier(feature_width(model, input_shape), self.identifier_hidden)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

@@ -2,11 +2,12 @@
 (FedPFT's Table 5, specs/fedpft.md §4.3: "15 models sampled from the posterior over heads";
 the server's distillation data is not specified, §7 A16).
 
-The server fits a diagonal Gaussian to the uploaded heads (sample-weighted mean and variance
-of every weight), samples `samples` = 15 heads from it, and uses the clients' heads, the mean
-head and the samples as the ensemble: its mean softmax on the server's unlabelled features is
-the soft target, distilled (KL) into the global head started from the mean head
-(`_server_distillation`). FedBE is multi-round in its paper; FedPFT compares it one-shot.
+The server fits a diagonal Gaussian to the uploaded heads (mean and variance of every weight,
+weighted as `weighting` says: the mean is `oneshot_avg`'s head), samples `samples` = 15 heads
+from it, and uses the clients' heads, the mean head and the samples as the ensemble: its mean
+softmax on the server's unlabelled features is the soft target, distilled (KL) into the global
+head started from the mean head (`_server_distillation`). FedBE is multi-round in its paper;
+FedPFT compares it one-shot.
 """
 
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from torch import nn
 
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError
-from fedshare.strategies._feature_heads import head_from_vector
+from fedshare.strategies._feature_heads import head_from_vector, head_vector
 from fedshare.strategies._server_distillation import ProbabilityMean, ServerDistillation
 from fedshare.strategies.base import register_strategy
 
@@ -34,9 +35,10 @@ class FedBE(ServerDistillation):
 
     def teachers(self, heads: list[tuple[torch.Tensor, float]]) -> list[nn.Module]:
         vectors = torch.stack([v for v, _ in heads])
-        weights = torch.tensor([w for _, w in heads], device=vectors.device)
+        uniform = self.weighting == "uniform"
+        weights = torch.tensor([1.0 if uniform else w for _, w in heads], device=vectors.device)
         weights = (weights / weights.sum())[:, None]
-        mean = (weights * vectors).sum(0)
+        mean = head_vector(self.head, torch.float32)  # the base's weighted mean head
         std = ((weights * (vectors - mean) ** 2).sum(0)).sqrt()
         gen = torch_generator(self.config.seed, "fedbe/samples", device=vectors.device)
         noise = torch.randn((self.samples, mean.numel()), generator=gen, device=vectors.device)

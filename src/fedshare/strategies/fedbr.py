@@ -42,7 +42,7 @@ from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.engine.training import shuffled_positions
 from fedshare.errors import FedshareError
 from fedshare.functional.losses import soft_cross_entropy
-from fedshare.models.base import require_body
+from fedshare.models.base import feature_width, require_body
 from fedshare.strategies._local import train_local
 from fedshare.strategies._sharing import MeanSharing
 from fedshare.strategies.base import ClientSetup, Message, Phase, Update, register_strategy
@@ -126,11 +126,7 @@ class FedBR(MeanSharing):
         super().client_setup(ctx)
         require_body(ctx.model, self.name)
         self.teacher = copy.deepcopy(ctx.model).requires_grad_(False)
-        probe = torch.zeros((1, *ctx.input_shape), device=ctx.device)
-        was_training = ctx.model.training
-        with torch.no_grad():
-            dim = ctx.model.eval().features(probe).flatten(1).shape[1]
-        ctx.model.train(was_training)
+        dim = feature_width(ctx.model, ctx.input_shape)
         seed_global_torch(ctx.seed, "fedbr/discriminator")
         self.disc = discriminator(dim, self.disc_hidden, self.disc_dim).to(ctx.device)
         self.disc_flat = FlatState(self.disc)
