@@ -184,6 +184,8 @@ def test_byte_accounting_counts_weights_but_shares_nothing():
     model_bytes = run.strategy.flat.numel * 4
     assert run.summary["bytes_up"] == run.summary["bytes_down"] == 2 * 3 * model_bytes
     assert run.summary["bytes_shared"] == 0
+    assert 50 < run.summary["peak_rss_mb"] < 64_000  # MB, not KiB or bytes
+    assert "cuda_max_allocated_mb" not in run.summary
 
 
 def test_non_finite_loss_stops_the_run_and_keeps_its_files(tmp_path):

@@ -35,6 +35,7 @@ from fedshare.engine.client_side import ClientSetup, client_side, on_client_side
 from fedshare.engine.client_state import ClientStates
 from fedshare.engine.evaluation import evaluate
 from fedshare.engine.kept_messages import Inboxes, KeptMessages
+from fedshare.engine.memory import peak_memory
 from fedshare.engine.optim import check_train_config, learning_rate
 from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
 from fedshare.engine.resume import check_same_run
@@ -372,6 +373,7 @@ class Simulation:
             client_state_bytes=(
                 self.client_states.bytes_held + self.kept.bytes_held + self.inboxes.bytes_held
             ),
+            **peak_memory(self.device),
             **self.strategy.summary_metrics(),
             **self.context_summary,
         )

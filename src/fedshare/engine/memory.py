@@ -1,0 +1,18 @@
+"""Peak memory of the running process, for `summary.json`."""
+
+import resource
+import sys
+
+import torch
+
+
+def peak_memory(device: torch.device) -> dict[str, float]:
+    """Peak resident set size of this process in MB (the OS's high-water mark, so it covers
+    everything the process did before the run too) and, on CUDA, the device's peak allocated
+    memory in MB since the process started or the last `torch.cuda.reset_peak_memory_stats`."""
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_mb = kib / 2**20 if sys.platform == "darwin" else kib / 2**10  # macOS reports bytes
+    peaks = {"peak_rss_mb": round(rss_mb, 1)}
+    if device.type == "cuda":
+        peaks["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    return peaks
