@@ -87,6 +87,10 @@ def test_changed_keys_ignore_only_the_listed_ones():
     current = {"rounds": 5, "train": {"lr": 0.2, "momentum": 0.9}, "data": {"root": "b"}}
     assert changed_keys(saved, current) == ["train.lr"]
     assert changed_keys(saved, {**saved, "extra": 1}) == ["extra"]
+    # a checkpoint older than train.amp matches amp's old behaviour (off), not another value
+    assert changed_keys(saved, {**saved, "train": {**saved["train"], "amp": False}}) == []
+    assert changed_keys(saved, {**saved, "train": {**saved["train"], "amp": True}}) == ["train.amp"]
+    assert changed_keys(saved, {**saved, "train": {**saved["train"], "compile": True}}) == []
 
 
 def test_a_used_folder_is_refused_and_overwrite_replaces_the_old_run(tmp_path):

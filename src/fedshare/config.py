@@ -47,6 +47,13 @@ class TrainConfig:
     """The schedule never goes below this learning rate."""
     augment: bool = True
     """Apply the dataset's batch augmentation (crop/flip) during local training."""
+    amp: bool = False
+    """Compute the clients' local losses under bfloat16 autocast (weights, gradients and the
+    optimizer stay float32). Faster where the hardware has bf16 arithmetic, but results move
+    beyond float rounding (docs/performance.md has the measured speed and accuracy)."""
+    compile: bool = False
+    """`torch.compile` the worker model once per run: every client's `model(x)` then runs the
+    compiled graph (a one-off compile of tens of seconds; docs/performance.md)."""
 
 
 @dataclass

@@ -75,6 +75,11 @@ class Client:
         return self._dataset.scale
 
     @property
+    def amp_device(self) -> str | None:
+        """Where local losses run under bf16 autocast (`train.amp`), for `training.fit`."""
+        return self.device.type if self.train.amp else None
+
+    @property
     def lr(self) -> float:
         return learning_rate(self.train, self.round)
 

@@ -14,14 +14,19 @@ CHANGEABLE_ON_RESUME = (
     "run_dir",
     "device",
     "checkpoint.every",
+    "train.compile",
     "eval.batch_size",
     "data.root",
     "data.download",
     "data.cache",
 )
 """Keys a resumed run may set differently: run length, where files and data are, how the run
-is shown, and the device (results then follow that device's arithmetic). Everything else is
-part of what the run computes."""
+is shown, and the device or compilation (results then follow that arithmetic). Everything else
+is part of what the run computes."""
+
+ADDED_LATER = {"train.amp": False}
+"""Keys newer than some checkpoints, with the value every run before them had: a checkpoint
+that lacks one matches a config that has that value."""
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -39,7 +44,8 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def changed_keys(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """Dotted keys whose values differ (or exist on one side only), apart from the
     `CHANGEABLE_ON_RESUME` ones."""
-    old, new = flatten(saved), flatten(current)
+    new = flatten(current)
+    old = {**{k: v for k, v in ADDED_LATER.items() if k in new}, **flatten(saved)}
     return sorted(
         key
         for key in set(old) | set(new)

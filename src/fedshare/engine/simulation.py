@@ -158,6 +158,8 @@ class Simulation:
             model, self.device, uses_channels_last(model, config.memory_format)
         )
         self.worker = copy.deepcopy(self.model)  # the one reused client model
+        if config.train.compile:
+            self.worker.compile()  # in place: same module, parameters and state_dict keys
         self.strategy = strategy
         self.meta = dict(meta or {})
         self.callbacks = list(callbacks or [])

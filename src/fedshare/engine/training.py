@@ -42,14 +42,17 @@ def fit(
     batches: Iterable[B],
     loss_fn: Callable[[B], torch.Tensor],
     grad_hook: Callable[[], None] | None = None,
+    amp_device: str | None = None,
 ) -> torch.Tensor:
     """One optimizer step per batch on `loss_fn(batch)` (`grad_hook` runs between backward and
-    step); returns the mean loss as a device tensor (0 for no batch)."""
+    step); returns the mean loss as a device tensor (0 for no batch). With `amp_device` ("cpu",
+    "cuda") the loss is computed under bfloat16 autocast there; backward and step stay outside."""
     total: torch.Tensor | None = None
     steps = 0
     for batch in batches:
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(batch)
+        with torch.autocast(amp_device or "cpu", torch.bfloat16, enabled=amp_device is not None):
+            loss = loss_fn(batch)
         loss.backward()
         if grad_hook is not None:
             grad_hook()

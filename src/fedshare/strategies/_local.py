@@ -33,6 +33,7 @@ def train_local(
         client.batches(epochs=epochs, extra=extra),
         lambda batch: loss_fn(model, *batch),
         None if grad_hook is None else lambda: grad_hook(model),
+        client.amp_device,
     )
     return finite_mean(mean, client)
 

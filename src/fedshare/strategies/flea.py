@@ -268,7 +268,8 @@ class FLea(Strategy):
 
         model.train()
         optimizer = client.make_optimizer(model.parameters())
-        mean = finite_mean(fit(optimizer, client.batches(epochs=epochs), step_loss), client)
+        batches = client.batches(epochs=epochs)
+        mean = finite_mean(fit(optimizer, batches, step_loss, None, client.amp_device), client)
         dcor_mean = sum(dcors, torch.zeros((), device=client.device)) / max(len(dcors), 1)
         return Update(
             client.id,
