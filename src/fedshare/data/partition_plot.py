@@ -10,6 +10,10 @@ import numpy as np
 
 from fedshare.data.partition import Partition
 
+MAX_BARS = 200
+"""Above this many clients the size panel is one filled step outline instead of one bar per
+client: matplotlib adds bars one patch at a time (7.4 s for 10,000 clients, half the plot)."""
+
 
 def plot_partition(partition: Partition, path: str | Path, title: str | None = None) -> Path:
     """Save the partition's heatmap (rows = clients, columns = classes) to `path` (PNG)."""
@@ -61,7 +65,13 @@ def plot_partition(partition: Partition, path: str | Path, title: str | None = N
                         j, i, str(counts[i, j]), ha="center", va="center", fontsize=6, color=colour
                     )
     fig.colorbar(image, ax=ax_h, label="samples", fraction=0.05, pad=0.02)
-    ax_s.barh(np.arange(k), partition.sizes, height=0.8, color="tab:gray")
+    if k <= MAX_BARS:
+        ax_s.barh(np.arange(k), partition.sizes, height=0.8, color="tab:gray")
+    else:  # one polygon: the same outline at this many rows, at O(1) artists
+        rows = np.arange(k + 1) - 0.5
+        sizes = np.append(partition.sizes, partition.sizes[-1])
+        ax_s.fill_betweenx(rows, 0, sizes, step="post", color="tab:gray", linewidth=0)
+        ax_s.set_ylim(k - 0.5, -0.5)  # rows top to bottom, as imshow draws them
     ax_s.set_xlabel("size")
     fig.suptitle(
         title or f"{partition.name}  {partition.fingerprint}  ({k} clients, {c} classes)",
