@@ -79,7 +79,12 @@ def test_python_resume_refuses_any_change_of_what_the_run_computes(tmp_path, cha
     with pytest.raises(FedshareError, match="cannot resume"):
         simulate(**{**base, **change}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
     assert snapshot(tmp_path / "r") == before
+    picture = (tmp_path / "r" / "partition.png").stat().st_mtime_ns
     simulate(**{**base, "rounds": 2}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
+    assert (tmp_path / "r" / "partition.png").stat().st_mtime_ns == picture  # not redrawn
+    (tmp_path / "r" / "partition.png").unlink()
+    simulate(**{**base, "rounds": 3}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
+    assert (tmp_path / "r" / "partition.png").exists()
 
 
 def test_changed_keys_ignore_only_the_listed_ones():

@@ -319,8 +319,11 @@ class Simulation:
         )
         if self.dir is not None:
             self.dir.write_config(self.record)
-            self.dir.write_partition(self.data.partition.summary())
-            plot_partition(self.data.partition, self.dir.path / "partition.png")
+            picture = self.dir.path / "partition.png"
+            written = picture.exists() and (self.dir.path / "partition.json").exists()
+            if state is None or not written:  # a resume has checked the partition's fingerprint
+                self.dir.write_partition(self.data.partition.summary())
+                plot_partition(self.data.partition, picture)
         if state is None:
             if self.dir is not None:
                 self.dir.rewrite_metrics([])
