@@ -51,6 +51,11 @@ class TrainConfig:
     """Compute the clients' local losses under bfloat16 autocast (weights, gradients and the
     optimizer stay float32). Faster where the hardware has bf16 arithmetic, but results move
     beyond float rounding (docs/performance.md has the measured speed and accuracy)."""
+    batched: int = 0
+    """Train up to this many of a round's clients as one vectorised step
+    (`fedshare.engine.batched`: stacked parameters, `vmap`); 0 or 1 = one after another.
+    Strategies whose client step is not plain local training (FedAvg, FedProx and the methods
+    that inherit their client step have it) run serially and say so once."""
     compile: bool = False
     """`torch.compile` the worker model once per run: every client's `model(x)` then runs the
     compiled graph (a one-off compile of tens of seconds; docs/performance.md)."""

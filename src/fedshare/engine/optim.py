@@ -33,6 +33,8 @@ def check_train_config(cfg: TrainConfig) -> None:
         raise FedshareError(choices_message("train.lr_schedule", cfg.lr_schedule, list(SCHEDULES)))
     if cfg.lr <= 0:
         raise FedshareError(f"train.lr={cfg.lr} must be positive")
+    if cfg.batched < 0:
+        raise FedshareError(f"train.batched={cfg.batched} must be >= 0 (0 or 1 = serial clients)")
     if cfg.batch_size < 1:
         raise FedshareError(f"train.batch_size={cfg.batch_size} must be >= 1")
     if cfg.local_epochs < 1:

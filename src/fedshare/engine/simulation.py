@@ -1,7 +1,9 @@
-"""The simulated-round engine: clients run one after another on one device."""
+"""The simulated-round engine: clients run one after another on one device (or several at once,
+`train.batched`)."""
 
 import copy
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,6 +18,7 @@ from fedshare.data.federated import FederatedData
 from fedshare.data.partition_plot import plot_partition
 from fedshare.defaults import resolve_rounds
 from fedshare.engine.accounting import Traffic
+from fedshare.engine.allocator import steady_malloc
 from fedshare.engine.callbacks import (
     Callback,
     Checkpoints,
@@ -184,6 +187,7 @@ class Simulation:
         self._start = time.perf_counter()
         self.status = "running"
         self.context_summary: dict[str, Any] = {}
+        self._said_serial: set[str] = set()
 
     # ------------------------------------------------------------------ one round
     def _client_updates(
@@ -195,43 +199,74 @@ class Simulation:
         stats: _RoundStats,
         measure_local: bool = False,
     ) -> Iterator[Update]:
-        dataset = self.data.dataset
+        chunk = self._batch_chunk(phase, measure_local)
+        if chunk > 1:
+            step = on_client_side(phase.batched_step, self.strategy, self.client_side)
+            for start in range(0, len(cohort), chunk):
+                clients = [self._client(phase, cid, round_idx) for cid in cohort[start:][:chunk]]
+                for client, update in zip(clients, step(clients, message), strict=True):
+                    yield self._received(client, update, stats)
+            return
         step = on_client_side(phase.client_step, self.strategy, self.client_side)
         for cid in cohort:
-            seed_global_torch(self.config.seed, f"client/{phase.name}", round_idx, cid)
-            personal = phase.personal(round_idx, cid) if phase.personal is not None else None
-            if personal is not None:
-                self.traffic.sent_personal(personal.weights, personal.payload)
-            client = Client(
-                cid,
-                round_idx,
-                self.data.client_indices[cid],
-                dataset,
-                self.worker,
-                self.config.train,
-                self.config.seed,
-                phase.name,
-                state=self.client_states.checkout(cid, self.device),
-                personal=personal,
-                kept=self.kept.of(cid),
-                inbox=self.inboxes.collect(cid),
-            )
+            client = self._client(phase, cid, round_idx)
             update = step(client, message)
             if measure_local:
                 stats.add(self._local_separability(client))
-            for receiver, sent in update.to_peers.items():
-                if not 0 <= receiver < self.data.num_clients:
-                    raise RuntimeError(
-                        f"client {cid} sent a peer message to client {receiver}, which does "
-                        f"not exist (clients 0…{self.data.num_clients - 1})"
-                    )
-                self.traffic.sent_peer(sent.weights, sent.payload)
-                self.inboxes.post(receiver, sent)
-            update.to_peers = {}
-            self.client_states.checkin(cid, client.state)
-            self.traffic.sent_up(update.weights, update.payload)
-            stats.add(update.metrics)
-            yield update
+            yield self._received(client, update, stats)
+
+    def _batch_chunk(self, phase: Phase, measure_local: bool) -> int:
+        """How many clients of `phase` train together (`train.batched`; 1 = serially)."""
+        asked = self.config.train.batched
+        if asked <= 1 or phase.personal is not None or measure_local:
+            return 1
+        if phase.batched_step is None:
+            if phase.name not in self._said_serial:
+                self._said_serial.add(phase.name)
+                warnings.warn(
+                    f"train.batched={asked}: {self.strategy.name}'s {phase.name!r} step is not "
+                    f"plain local training, so its clients run one after another",
+                    stacklevel=2,
+                )
+            return 1
+        return asked
+
+    def _client(self, phase: Phase, cid: int, round_idx: int) -> Client:
+        """Client `cid` for one step of `phase`: its data, state, messages and seeded streams."""
+        seed_global_torch(self.config.seed, f"client/{phase.name}", round_idx, cid)
+        personal = phase.personal(round_idx, cid) if phase.personal is not None else None
+        if personal is not None:
+            self.traffic.sent_personal(personal.weights, personal.payload)
+        return Client(
+            cid,
+            round_idx,
+            self.data.client_indices[cid],
+            self.data.dataset,
+            self.worker,
+            self.config.train,
+            self.config.seed,
+            phase.name,
+            state=self.client_states.checkout(cid, self.device),
+            personal=personal,
+            kept=self.kept.of(cid),
+            inbox=self.inboxes.collect(cid),
+        )
+
+    def _received(self, client: Client, update: Update, stats: _RoundStats) -> Update:
+        """Count and route what `client` sent (peer messages, its upload), keep its state."""
+        for receiver, sent in update.to_peers.items():
+            if not 0 <= receiver < self.data.num_clients:
+                raise RuntimeError(
+                    f"client {client.id} sent a peer message to client {receiver}, which does "
+                    f"not exist (clients 0…{self.data.num_clients - 1})"
+                )
+            self.traffic.sent_peer(sent.weights, sent.payload)
+            self.inboxes.post(receiver, sent)
+        update.to_peers = {}
+        self.client_states.checkin(client.id, client.state)
+        self.traffic.sent_up(update.weights, update.payload)
+        stats.add(update.metrics)
+        return update
 
     def run_round(self, round_idx: int) -> dict[str, Any]:
         cohort = self.sampler.cohort(round_idx)
@@ -386,6 +421,7 @@ class Simulation:
     def run(self, resume: bool = False) -> RunResult:
         """Run (or, with `resume`, continue) the rounds; with a run directory, hold its lock
         and check it before anything is written."""
+        steady_malloc()
         if self.dir is None:
             return self._run(self._open_dir(resume))
         with self.dir.locked():

@@ -48,6 +48,9 @@ class Phase:
     keep: bool = False
     """Receivers keep this phase's broadcast for the rest of the run (a one-shot pool); a later
     client step finds it in `client.kept[name]`. The simulation stores it once."""
+    batched_step: Callable[[list[Client], Message], list[Update]] | None = None
+    """The same client step for several clients at once (`train.batched`,
+    `fedshare.engine.batched`); None = this phase's clients always run one after another."""
 
 
 @dataclass(frozen=True)

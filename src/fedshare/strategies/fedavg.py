@@ -4,9 +4,20 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from fedshare.engine.batched import GradTerm, StackedRun
 from fedshare.engine.client import Client
-from fedshare.strategies._local import GradHook, LossFn, cross_entropy_loss, train_local
-from fedshare.strategies.base import Message, Strategy, Update, register_strategy
+from fedshare.strategies._local import (
+    GradHook,
+    LossFn,
+    cross_entropy_loss,
+    finite_mean,
+    train_local,
+)
+from fedshare.strategies.base import Message, Phase, Strategy, Update, register_strategy
+
+
+def _owner(cls: type, attr: str) -> type:
+    return next(k for k in cls.__mro__ if attr in vars(k))
 
 
 @register_strategy("fedavg")
@@ -14,8 +25,42 @@ from fedshare.strategies.base import Message, Strategy, Update, register_strateg
 class FedAvg(Strategy):
     """θ ← Σ_k (n_k / Σ_j n_j) · θ_k over the round's participants."""
 
+    def phases(self) -> list[Phase]:
+        """One training phase; batched (`train.batched`) when the class that defines
+        `client_update` also defines `batched_update` (a subclass with another client step
+        runs serially until it writes its batched form)."""
+        cls = type(self)
+        batched = _owner(cls, "client_update") is _owner(cls, "batched_update")
+        step = self.batched_update if batched else None
+        return [
+            Phase("train", self.broadcast, self.client_update, self.aggregate, batched_step=step)
+        ]
+
     def client_update(self, client: Client, message: Message) -> Update:
         return self.trained_update(client, self.load_weights(client.model, message.weights))
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """`client_update` for several clients at once (`fedshare.engine.batched`)."""
+        return self.trained_updates(clients, self.load_weights(clients[0].model, message.weights))
+
+    def trained_updates(
+        self,
+        clients: list[Client],
+        model: nn.Module,
+        loss_fn: LossFn = cross_entropy_loss,
+        grad_term: GradTerm | None = None,
+    ) -> list[Update]:
+        """`trained_update` for several clients, each from `model`'s current weights."""
+        run = StackedRun(clients, model, loss_fn, grad_term)
+        losses = run.run()
+        updates = []
+        for i, client in enumerate(clients):
+            weights = self.flat.flatten(run.load_client(i))
+            loss = finite_mean(losses[i], client)
+            updates.append(
+                Update(client.id, client.num_samples, weights=weights, metrics={"train_loss": loss})
+            )
+        return updates
 
     def trained_update(
         self,

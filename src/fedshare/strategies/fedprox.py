@@ -18,21 +18,32 @@ from fedshare.strategies.fedavg import FedAvg
 NORMS = ("squared", "plain")
 
 
+def proximal_grads(
+    drift: list[torch.Tensor], mu: float, norm: str = "squared", per_row: bool = False
+) -> list[torch.Tensor]:
+    """The proximal penalty's gradient for each tensor's drift w − w_g: mu·(w − w_g) for
+    mu/2·||w − w_g||² (`squared`); (mu/2)·(w_t − w_g,t)/‖w_t − w_g,t‖ per tensor for
+    (mu/2)·Σ_t ‖w_t − w_g,t‖ (`plain`; 0 where a tensor equals its anchor, torch's subgradient).
+    With `per_row` the first axis indexes clients (batched training) and each row has its norm."""
+    if norm == "squared":
+        return torch._foreach_mul(drift, mu)
+    if per_row:
+        norms = [d.flatten(1).norm(dim=1).view(-1, *[1] * (d.dim() - 1)) for d in drift]
+    else:
+        norms = torch._foreach_norm(drift)
+    return [
+        d * (mu / 2 / torch.where(n > 0, n, torch.ones_like(n)))
+        for d, n in zip(drift, norms, strict=True)
+    ]
+
+
 def add_proximal_grad_(
     params: list[torch.Tensor], anchor: list[torch.Tensor], mu: float, norm: str = "squared"
 ) -> None:
-    """Add the gradient of the proximal penalty to `params`' gradients, in place: mu·(w − w_g)
-    for mu/2·||w − w_g||² (`squared`); (mu/2)·(w_t − w_g,t)/‖w_t − w_g,t‖ per tensor for
-    (mu/2)·Σ_t ‖w_t − w_g,t‖ (`plain`; 0 where a tensor equals its anchor, torch's subgradient)."""
+    """Add the proximal penalty's gradient (`proximal_grads`) to `params`' gradients, in place."""
     used = [i for i, p in enumerate(params) if p.grad is not None]
-    grads = [params[i].grad for i in used]
     drift = torch._foreach_sub([params[i] for i in used], [anchor[i] for i in used])
-    if norm == "squared":
-        torch._foreach_add_(grads, drift, alpha=mu)
-        return
-    norms = torch._foreach_norm(drift)
-    scales = [mu / 2 / torch.where(n > 0, n, torch.ones_like(n)) for n in norms]
-    torch._foreach_add_(grads, torch._foreach_mul(drift, scales))
+    torch._foreach_add_([params[i].grad for i in used], proximal_grads(drift, mu, norm))
 
 
 @register_strategy("fedprox")
@@ -61,3 +72,13 @@ class FedProx(FedAvg):
             add_proximal_grad_(params, anchor, self.mu, self.norm)
 
         return self.trained_update(client, model, grad_hook=proximal)
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        model = self.load_weights(clients[0].model, message.weights)
+        anchor = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+        def proximal(rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            drift = [rows[n] - anchor[n] for n in anchor]
+            return dict(zip(anchor, proximal_grads(drift, self.mu, self.norm, True), strict=True))
+
+        return self.trained_updates(clients, model, grad_term=proximal)

@@ -1,0 +1,215 @@
+"""Batched clients (`train.batched`): several clients' local training as one vectorised step.
+
+The clients' parameters are stacked along a new first axis and the model runs once per step
+over all of them with `torch.func.functional_call` under `vmap`, each client on its own
+mini-batch. Summing the per-client losses and calling backward gives every client its own
+gradient (the clients share no parameter), so each stacked row follows exactly the steps the
+client would take alone:
+
+* every client draws its batches from its own stream (`Client.batches`), as in serial training;
+* at each step, the clients whose next batch has the same shape step together (one vmapped
+  call per shape); a client whose batches are used up stops (different sizes and epochs work);
+* BatchNorm statistics are stacked per client and updated in place by the vmapped forward;
+* the optimizer (`StackedOptimizer`) keeps per-client momentum / Adam moments and step counts.
+
+Equal to serial training up to floating-point rounding for models without dropout (tested for
+FedAvg and FedProx on cnn_small, lenet_fmnist and a BatchNorm CNN); with dropout each client
+draws its own masks, but not from the serial run's stream. Integer buffers (BatchNorm's
+`num_batches_tracked`) stay unstacked. Whether it pays depends on the device: on a GPU one
+vmapped step replaces many tiny kernels; on a CPU the arithmetic is the same and the grouped
+convolutions it becomes can be slower (docs/performance.md has the measurements).
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from fedshare.config import TrainConfig
+from fedshare.engine.client import Client, Samples
+
+StackedLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+GradTerm = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+"""The stepping rows' current parameters -> a term added to their gradients (FedProx's
+proximal gradient), outside autograd like a serial `grad_hook`."""
+
+ADAM_EPS = 1e-8  # torch.optim.Adam's default, which `make_optimizer` uses
+
+
+@dataclass
+class StackedOptimizer:
+    """SGD (momentum, weight decay) or Adam over stacked parameters, updating chosen rows:
+    the arithmetic of `torch.optim.SGD` / `Adam` as `engine.optim.make_optimizer` builds them,
+    with the state kept per client (row). `optimizer_reset_each_step` clears it after a step."""
+
+    train: TrainConfig
+    lr: float
+    state: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    steps: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def step(self, params: dict[str, torch.Tensor], rows: torch.Tensor | None) -> None:
+        """Update `params` (stacked leaves with `.grad`) at `rows` (None = every row)."""
+        first = next(iter(params.values()))
+        if self.steps is None or self.train.optimizer_reset_each_step:
+            self.steps = torch.zeros(len(first), device=first.device)
+            self.state = {}
+        pick = slice(None) if rows is None else rows
+        self.steps[pick] += 1
+        for name, p in params.items():
+            grad = p.grad[pick]
+            if self.train.weight_decay:
+                grad = grad.add(p[pick], alpha=self.train.weight_decay)
+            if self.train.optimizer == "adam":
+                p[pick] = p[pick] - self._adam(name, p, grad, pick)
+            else:
+                p[pick] = p[pick] - self.lr * self._momentum(name, p, grad, pick)
+
+    def _slot(self, name: str, key: str, like: torch.Tensor) -> torch.Tensor:
+        return self.state.setdefault(name, {}).setdefault(key, torch.zeros_like(like))
+
+    def _momentum(self, name: str, p: torch.Tensor, grad: torch.Tensor, pick) -> torch.Tensor:
+        if not self.train.momentum:
+            return grad
+        buf = self._slot(name, "momentum", p)
+        first = (self.steps[pick] == 1).view(-1, *[1] * (grad.dim() - 1))
+        # torch's SGD starts the buffer at the first gradient, then buf·momentum + grad
+        buf[pick] = torch.where(first, grad, buf[pick] * self.train.momentum + grad)
+        return buf[pick]
+
+    def _adam(self, name: str, p: torch.Tensor, grad: torch.Tensor, pick) -> torch.Tensor:
+        b1, b2 = self.train.betas
+        m, v = self._slot(name, "m", p), self._slot(name, "v", p)
+        m[pick] = m[pick] * b1 + grad * (1 - b1)
+        v[pick] = v[pick] * b2 + grad * grad * (1 - b2)
+        shape = (-1, *[1] * (grad.dim() - 1))
+        t = self.steps[pick].view(shape)
+        denom = (v[pick] / (1 - b2**t)).sqrt() + ADAM_EPS
+        return self.lr / (1 - b1**t) * m[pick] / denom
+
+
+class _LossOf(nn.Module):
+    """`loss_fn(model, x, y)` as a module, so `functional_call` can swap the model's tensors."""
+
+    def __init__(self, model: nn.Module, loss_fn: StackedLoss) -> None:
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss_fn(self.model, x, y)
+
+
+def stacked(tensors: dict[str, torch.Tensor], copies: int) -> dict[str, torch.Tensor]:
+    return {n: t.detach().unsqueeze(0).repeat(copies, *[1] * t.dim()) for n, t in tensors.items()}
+
+
+class StackedRun:
+    """One chunk of clients trained together from `model`'s current weights (see module doc)."""
+
+    def __init__(
+        self,
+        clients: list[Client],
+        model: nn.Module,
+        loss_fn: StackedLoss,
+        grad_term: GradTerm | None = None,
+    ) -> None:
+        self.clients = clients
+        self.model = model
+        self.grad_term = grad_term
+        count = len(clients)
+        trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        self.params = {n: t.requires_grad_() for n, t in stacked(trainable, count).items()}
+        self.fixed = {
+            f"model.{n}": p.detach() for n, p in model.named_parameters() if not p.requires_grad
+        }
+        floats = {n: b for n, b in model.named_buffers() if b.is_floating_point()}
+        self.buffers = stacked(floats, count)
+        self.fixed.update(
+            {f"model.{n}": b for n, b in model.named_buffers() if not b.is_floating_point()}
+        )
+        wrapper = _LossOf(model, loss_fn)
+
+        def one_client(params, buffers, x, y):
+            named = {f"model.{n}": t for n, t in {**params, **buffers}.items()}
+            return functional_call(wrapper, {**named, **self.fixed}, (x, y))
+
+        self.losses = vmap(one_client, randomness="different")
+        train = clients[0].train
+        self.optimizer = StackedOptimizer(train, clients[0].lr)
+
+    def run(self) -> list[torch.Tensor]:
+        """Train to the end of every client's batches; the mean loss per client."""
+        self.model.train()
+        streams: list[Iterator[Samples] | None] = [c.batches() for c in self.clients]
+        device = self.clients[0].device
+        totals = torch.zeros(len(self.clients), device=device)
+        counts = torch.zeros(len(self.clients), device=device)
+        while True:
+            batches = {}
+            for i, stream in enumerate(streams):
+                batch = next(stream, None) if stream is not None else None
+                if batch is None:
+                    streams[i] = None
+                else:
+                    batches[i] = batch
+            if not batches:
+                break
+            for rows, x, y in self._groups(batches):
+                losses = self._step(rows, x, y)
+                pick = slice(None) if rows is None else rows
+                totals[pick] += losses
+                counts[pick] += 1
+        return list(totals / counts.clamp(min=1))
+
+    def _groups(self, batches: dict[int, Samples]):
+        """The step's batches grouped by shape: (rows or None for all, stacked x, stacked y)."""
+        shapes: dict[tuple, list[int]] = {}
+        for i, (x, y) in batches.items():
+            shapes.setdefault((tuple(x.shape), tuple(y.shape)), []).append(i)
+        for members in shapes.values():
+            x = torch.stack([batches[i][0] for i in members])
+            y = torch.stack([batches[i][1] for i in members])
+            every = len(members) == len(self.clients)
+            rows = None if every else torch.tensor(members, device=x.device)
+            yield rows, x, y
+
+    def _step(self, rows: torch.Tensor | None, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        for p in self.params.values():
+            p.grad = None
+        if rows is None:
+            params, buffers = self.params, self.buffers
+        else:
+            params = {n: p[rows] for n, p in self.params.items()}
+            buffers = {n: b[rows] for n, b in self.buffers.items()}
+        losses = self.losses(params, buffers, x, y)
+        losses.sum().backward()
+        if rows is not None:
+            with torch.no_grad():
+                for n, b in buffers.items():
+                    self.buffers[n][rows] = b
+        if self.grad_term is not None:
+            live = {n: p.detach() for n, p in self.params.items()}
+            extra = self.grad_term(live if rows is None else {n: p[rows] for n, p in live.items()})
+            with torch.no_grad():
+                for n, g in extra.items():
+                    grad = self.params[n].grad
+                    if rows is None:
+                        grad += g
+                    else:
+                        grad[rows] += g
+        self.optimizer.step(self.params, rows)
+        return losses.detach()
+
+    @torch.no_grad()
+    def load_client(self, i: int) -> nn.Module:
+        """Copy client `i`'s trained parameters and BN statistics into the model; return it."""
+        named = dict(self.model.named_parameters())
+        for n, p in self.params.items():
+            named[n].copy_(p[i])
+        buffers = dict(self.model.named_buffers())
+        for n, b in self.buffers.items():
+            buffers[n].copy_(b[i])
+        return self.model
