@@ -107,6 +107,17 @@ def test_batched_runs_match_serial_runs(fed, strategy, model, train, params):
     assert_same_run(run(fed, strategy, model, train, 2, **params), serial, atol)  # chunks 2, 2, 1
 
 
+def test_batched_clients_honour_amp(fed):
+    """`train.amp` runs the stacked losses under bf16 autocast too: the run moves away from
+    the float32 batched run as the serial amp run does, and stays close to it."""
+    plain = run(fed, "fedavg", "cnn_small", SGD, 5)
+    amp = run(fed, "fedavg", "cnn_small", {**SGD, "amp": True}, 5)
+    serial_amp = run(fed, "fedavg", "cnn_small", {**SGD, "amp": True}, 0)
+    loss = [r.history[-1]["train_loss"] for r in (plain, amp, serial_amp)]
+    assert loss[1] != loss[0]
+    assert loss[1] == pytest.approx(loss[2], rel=0.05)
+
+
 def test_a_strategy_without_a_batched_step_says_so_and_runs_serially(fed):
     with pytest.warns(UserWarning, match="fedlc's 'train' step is not plain local training"):
         batched = run(fed, "fedlc", "cnn_small", SGD, 5)

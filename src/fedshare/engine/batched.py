@@ -10,7 +10,8 @@ client would take alone:
 * at each step, the clients whose next batch has the same shape step together (one vmapped
   call per shape); a client whose batches are used up stops (different sizes and epochs work);
 * BatchNorm statistics are stacked per client and updated in place by the vmapped forward;
-* the optimizer (`StackedOptimizer`) keeps per-client momentum / Adam moments and step counts.
+* the optimizer (`StackedOptimizer`) keeps per-client momentum / Adam moments and step counts;
+* `train.amp` runs the stacked losses under bf16 autocast, as serial training does.
 
 Equal to serial training up to floating-point rounding for models without dropout (tested for
 FedAvg and FedProx on cnn_small, lenet_fmnist and a BatchNorm CNN); with dropout each client
@@ -137,8 +138,8 @@ class StackedRun:
             return functional_call(wrapper, {**named, **self.fixed}, (x, y))
 
         self.losses = vmap(one_client, randomness="different")
-        train = clients[0].train
-        self.optimizer = StackedOptimizer(train, clients[0].lr)
+        self.amp_device = clients[0].amp_device
+        self.optimizer = StackedOptimizer(clients[0].train, clients[0].lr)
 
     def run(self) -> list[torch.Tensor]:
         """Train to the end of every client's batches; the mean loss per client."""
@@ -184,8 +185,10 @@ class StackedRun:
         else:
             params = {n: p[rows] for n, p in self.params.items()}
             buffers = {n: b[rows] for n, b in self.buffers.items()}
-        losses = self.losses(params, buffers, x, y)
-        losses.sum().backward()
+        amp = self.amp_device
+        with torch.autocast(amp or "cpu", torch.bfloat16, enabled=amp is not None):
+            losses = self.losses(params, buffers, x, y)
+        losses.float().sum().backward()
         if rows is not None:
             with torch.no_grad():
                 for n, b in buffers.items():
@@ -201,7 +204,7 @@ class StackedRun:
                     else:
                         grad[rows] += g
         self.optimizer.step(self.params, rows)
-        return losses.detach()
+        return losses.detach().float()
 
     @torch.no_grad()
     def load_client(self, i: int) -> nn.Module:
