@@ -30,6 +30,7 @@ from torch.func import functional_call, vmap
 
 from fedshare.config import TrainConfig
 from fedshare.engine.client import Client, Samples
+from fedshare.engine.training import bf16_autocast
 
 StackedLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 GradTerm = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
@@ -185,8 +186,7 @@ class StackedRun:
         else:
             params = {n: p[rows] for n, p in self.params.items()}
             buffers = {n: b[rows] for n, b in self.buffers.items()}
-        amp = self.amp_device
-        with torch.autocast(amp or "cpu", torch.bfloat16, enabled=amp is not None):
+        with bf16_autocast(self.amp_device):
             losses = self.losses(params, buffers, x, y)
         losses.float().sum().backward()
         if rows is not None:

@@ -37,6 +37,11 @@ def shuffled_positions(
         done += 1
 
 
+def bf16_autocast(amp_device: str | None) -> torch.autocast:
+    """bfloat16 autocast on `amp_device` ("cpu", "cuda"; `train.amp`), or a disabled one."""
+    return torch.autocast(amp_device or "cpu", torch.bfloat16, enabled=amp_device is not None)
+
+
 def fit(
     optimizer: torch.optim.Optimizer,
     batches: Iterable[B],
@@ -51,7 +56,7 @@ def fit(
     steps = 0
     for batch in batches:
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(amp_device or "cpu", torch.bfloat16, enabled=amp_device is not None):
+        with bf16_autocast(amp_device):
             loss = loss_fn(batch)
         loss.backward()
         if grad_hook is not None:
