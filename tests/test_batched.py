@@ -2,6 +2,8 @@
 floating-point rounding (same batches from the same streams); other strategies say so and
 run serially (fedshare.engine.batched)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -17,8 +19,6 @@ from fedshare.engine.optim import make_optimizer
 from fedshare.errors import FedshareError
 from fedshare.strategies import make_strategy
 from fedshare.strategies._local import cross_entropy_loss, train_local
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 SGD = {"local_epochs": 2, "batch_size": 16, "lr": 0.05, "momentum": 0.9}
 ADAM = {"local_epochs": 2, "batch_size": 16, "optimizer": "adam", "lr": 1e-3}
@@ -118,10 +118,57 @@ def test_batched_clients_honour_amp(fed):
     assert loss[1] == pytest.approx(loss[2], rel=0.05)
 
 
+@pytest.mark.parametrize(
+    ("strategy", "params"),
+    [
+        ("fedlc", {"tau": 1.0}),
+        ("fedrs", {"alpha": 0.5}),
+        ("bsm_fedavg", {}),
+        ("fedntd", {"beta": 1.0}),
+    ],
+)
+def test_strategies_with_their_own_local_loss_run_batched(fed, strategy, params):
+    """Losses calibrated by each client's class counts (FedLC, FedRS, BSM-FedAvg: one row of
+    `client_inputs` per client) and distillation from the frozen global model (FedNTD): equal
+    to the serial run, and not FedAvg's (the loss is applied)."""
+    serial = run(fed, strategy, "cnn_small", SGD, 0, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # batched, not the serial fallback's warning
+        batched = run(fed, strategy, "cnn_small", SGD, 5, **params)
+    assert_same_run(batched, serial, 2e-3)
+    fedavg = run(fed, "fedavg", "cnn_small", SGD, 5)
+    assert fedavg.history[-1]["train_loss"] != pytest.approx(batched.history[-1]["train_loss"])
+
+
+def test_feddecorr_batched_step_follows_its_serial_step(fed):
+    """FedDecorr batched, checked one local epoch at a time: it divides each feature by
+    sqrt(var + 1e-8), so a dead ReLU feature multiplies rounding by up to 1e4 and whole runs
+    drift apart chaotically (2 rounds: 2e-2 in one head weight). One epoch of its loss ends
+    ≤ 5.2e-4 apart batched vs serial here, where the same loss with eps = 1e-2, or plain CE,
+    ends ≤ 1e-7 apart (measured)."""
+    train = TrainConfig(batch_size=16, local_epochs=1, lr=0.05, momentum=0.9)
+    model = init_model("cnn_small", fed, 0, {})
+    loss = make_strategy("feddecorr", {"beta": 0.5}).local_loss(model)
+    flat = FlatState(model)
+    start = flat.flatten(model)
+    clients = [Client(k, 0, fed.client_indices[k], fed.dataset, model, train, 0) for k in range(5)]
+    serial = []
+    for client in clients:
+        flat.load_(model, start)
+        train_local(client, model, loss)
+        serial.append(flat.flatten(model))
+    flat.load_(model, start)
+    stacked = StackedRun(clients, model, loss)
+    stacked.run()
+    for k, expected in enumerate(serial):
+        assert (flat.flatten(stacked.load_client(k)) - expected).abs().max() < 2e-3
+        assert (expected - start).abs().max() > 2e-2  # it trained
+
+
 def test_a_strategy_without_a_batched_step_says_so_and_runs_serially(fed):
-    with pytest.warns(UserWarning, match="fedlc's 'train' step is not plain local training"):
-        batched = run(fed, "fedlc", "cnn_small", SGD, 5)
-    assert_same_run(batched, run(fed, "fedlc", "cnn_small", SGD, 0))
+    with pytest.warns(UserWarning, match="scaffold's 'train' step is not plain local training"):
+        batched = run(fed, "scaffold", "cnn_small", SGD, 5)
+    assert_same_run(batched, run(fed, "scaffold", "cnn_small", SGD, 0))
 
 
 def test_a_negative_chunk_is_refused(fed):

@@ -11,7 +11,9 @@ client would take alone:
   call per shape); a client whose batches are used up stops (different sizes and epochs work);
 * BatchNorm statistics are stacked per client and updated in place by the vmapped forward;
 * the optimizer (`StackedOptimizer`) keeps per-client momentum / Adam moments and step counts;
-* `train.amp` runs the stacked losses under bf16 autocast, as serial training does.
+* `train.amp` runs the stacked losses under bf16 autocast, as serial training does;
+* a loss may take one tensor per client (`client_inputs`, e.g. its class counts), so a strategy
+  whose local loss depends on the client (FedLC, FedRS, BSM-FedAvg) steps batched too.
 
 Equal to serial training up to floating-point rounding for models without dropout (tested for
 FedAvg and FedProx on cnn_small, lenet_fmnist and a BatchNorm CNN); with dropout each client
@@ -32,7 +34,8 @@ from fedshare.config import TrainConfig
 from fedshare.engine.client import Client, Samples
 from fedshare.engine.training import bf16_autocast
 
-StackedLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+StackedLoss = Callable[..., torch.Tensor]
+"""`loss(model, x, y)`, or `loss(model, x, y, inputs)` with the client's row of `client_inputs`."""
 GradTerm = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
 """The stepping rows' current parameters -> a term added to their gradients (FedProx's
 proximal gradient), outside autograd like a serial `grad_hook`."""
@@ -93,15 +96,16 @@ class StackedOptimizer:
 
 
 class _LossOf(nn.Module):
-    """`loss_fn(model, x, y)` as a module, so `functional_call` can swap the model's tensors."""
+    """`loss_fn(model, x, y[, inputs])` as a module, so `functional_call` can swap the model's
+    tensors."""
 
     def __init__(self, model: nn.Module, loss_fn: StackedLoss) -> None:
         super().__init__()
         self.model = model
         self.loss_fn = loss_fn
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.loss_fn(self.model, x, y)
+    def forward(self, x: torch.Tensor, y: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.loss_fn(self.model, x, y, *inputs)
 
 
 def stacked(tensors: dict[str, torch.Tensor], copies: int) -> dict[str, torch.Tensor]:
@@ -117,8 +121,11 @@ class StackedRun:
         model: nn.Module,
         loss_fn: StackedLoss,
         grad_term: GradTerm | None = None,
+        client_inputs: torch.Tensor | None = None,
     ) -> None:
+        """`client_inputs`: row i is passed to client i's loss as its fourth argument."""
         self.clients = clients
+        self.inputs = () if client_inputs is None else (client_inputs,)
         self.model = model
         self.grad_term = grad_term
         count = len(clients)
@@ -134,9 +141,9 @@ class StackedRun:
         )
         wrapper = _LossOf(model, loss_fn)
 
-        def one_client(params, buffers, x, y):
+        def one_client(params, buffers, x, y, *inputs):
             named = {f"model.{n}": t for n, t in {**params, **buffers}.items()}
-            return functional_call(wrapper, {**named, **self.fixed}, (x, y))
+            return functional_call(wrapper, {**named, **self.fixed}, (x, y, *inputs))
 
         self.losses = vmap(one_client, randomness="different")
         self.amp_device = clients[0].amp_device
@@ -182,12 +189,13 @@ class StackedRun:
         for p in self.params.values():
             p.grad = None
         if rows is None:
-            params, buffers = self.params, self.buffers
+            params, buffers, inputs = self.params, self.buffers, self.inputs
         else:
             params = {n: p[rows] for n, p in self.params.items()}
             buffers = {n: b[rows] for n, b in self.buffers.items()}
+            inputs = tuple(t[rows] for t in self.inputs)
         with bf16_autocast(self.amp_device):
-            losses = self.losses(params, buffers, x, y)
+            losses = self.losses(params, buffers, x, y, *inputs)
         losses.float().sum().backward()
         if rows is not None:
             with torch.no_grad():

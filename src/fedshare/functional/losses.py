@@ -55,13 +55,18 @@ def decorrelation_loss(z: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return off_diagonal.pow(2).mean() / n
 
 
+REMOVED_LOGIT = -1e9
+"""A logit whose softmax probability is exactly 0 (exp underflows) yet stays finite."""
+
+
 def not_true_distillation(
     logits: torch.Tensor, teacher_logits: torch.Tensor, y: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
     """FedNTD's loss: τ²·KL(p_teacher ‖ p_student) over the not-true classes only (the true
-    class's logit is removed from both vectors before the softmax), batch mean."""
-    keep = torch.ones_like(logits, dtype=torch.bool).scatter_(1, y[:, None], False)
-    c = logits.shape[1]
-    student = logits.masked_select(keep).view(-1, c - 1)
-    teacher = teacher_logits.masked_select(keep).view(-1, c - 1)
+    class's logit is removed from both vectors before the softmax), batch mean. The true class
+    gets a logit of −1e9 instead (its probability is exactly 0 in float32 and bf16), which
+    keeps the shapes fixed, so the loss also runs under `vmap` (batched clients)."""
+    true_class = torch.arange(logits.shape[1], device=logits.device) == y[:, None]
+    student = logits.masked_fill(true_class, REMOVED_LOGIT)
+    teacher = teacher_logits.masked_fill(true_class, REMOVED_LOGIT)
     return distillation_kl(student, teacher, temperature)

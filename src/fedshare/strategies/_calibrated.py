@@ -36,3 +36,13 @@ class CalibratedFedAvg(FedAvg):
             return F.cross_entropy(self.calibrate(net(x), counts), y)
 
         return self.trained_update(client, model, loss_fn)
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """`client_update` for several clients at once: each client's counts are its row."""
+        model = self.load_weights(clients[0].model, message.weights)
+        counts = torch.stack([client_class_counts(c) for c in clients])
+
+        def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor):
+            return F.cross_entropy(self.calibrate(net(x), n), y)
+
+        return self.trained_updates(clients, model, loss_fn, client_inputs=counts)
