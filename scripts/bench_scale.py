@@ -1,6 +1,7 @@
 """Scale: how fedshare's costs grow with the clients that are *not* in the round's cohort.
 
-FedAvg with a fixed cohort (10 clients per round), a fixed number of samples per client
+FedAvg (`--strategy`: any other, e.g. scaffold with its state per client) with a fixed cohort
+(10 clients per round), a fixed number of samples per client
 (default 20) and the small CNN, for several client counts. Every setting runs in a subprocess of
 its own, so its peak RSS is its own. Measured per setting:
 
@@ -12,7 +13,9 @@ its own, so its peak RSS is its own. Measured per setting:
   partition.png); partition.json and partition.png are also timed on their own;
 * round: median wall time of the rounds after the first, not counting the last (which evaluates
   the test set); it includes the engine's own checkpoint (`checkpoint.every=1`);
-* checkpoint: size, and time of one more `save_checkpoint` / `load_checkpoint`;
+* checkpoint: size of checkpoint.pt, time of the engine's own `save_checkpoint` (median) and of
+  one `load_checkpoint`, the bytes the last checkpoint wrote (checkpoint.pt and its client-state
+  segment, `engine/state_log.py`) and the client state held;
 * resume: `simulate(..., resume=True)` of the finished run (setup + loading the checkpoint,
   no round left to run);
 * run directory size, and the process's peak RSS.
@@ -76,7 +79,14 @@ def build_dataset(kind: str, size: int, seed: int = 0) -> Any:
 
 
 def dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def newest_bytes(run_dir: Path) -> int:
+    """Bytes a checkpoint wrote: checkpoint.pt plus the client-state segment it added."""
+    segments = sorted((run_dir / "client_states").glob("*.pt"), key=lambda p: p.stat().st_mtime)
+    newest = segments[-1].stat().st_size if segments else 0
+    return (run_dir / "checkpoint.pt").stat().st_size + newest
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -87,7 +97,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from fedshare.engine.checkpoint import load_checkpoint
     from fedshare.engine.rng import numpy_rng
     from fedshare.results.rundir import write_json
-    from fedshare.strategies import FedAvg
+    from fedshare.strategies import make_strategy
 
     torch.set_num_threads(args.threads)
     n = args.worker
@@ -121,12 +131,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         ckpt_s: list[float] = []
         load_s: list[float] = []
 
+        written: list[int] = []
+
         def timer(sim: Any, rounds_completed: int, record: Any) -> None:
             now = time.perf_counter()
             marks.append(now)
-            t0 = time.perf_counter()
-            sim.save_checkpoint()  # one more write of the same state, timed
-            ckpt_s.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             load_checkpoint(sim.dir.checkpoint_path)
             load_s.append(time.perf_counter() - t0)
@@ -149,11 +158,23 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         class Probe(Callback):
             def on_begin(self, sim: Any) -> None:
                 begin.append(time.perf_counter())
+                save = sim.save_checkpoint
+
+                def timed_save() -> None:  # the engine's own checkpoint write, timed
+                    t0 = time.perf_counter()
+                    save()
+                    ckpt_s.append(time.perf_counter() - t0)
+                    written.append(newest_bytes(run_dir))
+
+                sim.save_checkpoint = timed_save
 
             def on_round_end(self, sim: Any, record: Any) -> None:
                 timer(sim, sim.rounds_completed, record)
 
-        simulate(FedAvg(), fed, model, callbacks=[Probe()], **kwargs)
+        result = simulate(make_strategy(args.strategy), fed, model, callbacks=[Probe()], **kwargs)
+        out["strategy"] = args.strategy
+        out["client_state_bytes"] = result.summary.get("client_state_bytes", 0)
+        out["ckpt_written_bytes"] = written[-1]
         out["run_s"] = time.perf_counter() - t
         out["setup_s"] = begin[0] - t
         starts = [begin[0], *marks[1::2][:-1]]
@@ -169,11 +190,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         out["partition_png_bytes"] = (run_dir / "partition.png").stat().st_size
         out["run_dir_bytes"] = dir_bytes(run_dir)
         t = time.perf_counter()
-        simulate(FedAvg(), fed, model, resume=True, **kwargs)
+        simulate(make_strategy(args.strategy), fed, model, resume=True, **kwargs)
         out["resume_s"] = time.perf_counter() - t
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
+
+FORWARDED = ("samples_per_client", "per_round", "rounds", "model", "strategy", "data", "threads")
+"""The options each setting's subprocess gets."""
 
 COLUMNS = [
     ("clients", "clients", "{:d}"),
@@ -188,6 +212,8 @@ COLUMNS = [
     ("ckpt_load_s", "ckpt load s", "{:.4f}"),
     ("resume_s", "resume s", "{:.2f}"),
     ("ckpt_bytes", "ckpt KB", "kb"),
+    ("ckpt_written_bytes", "last ckpt wrote KB", "kb"),
+    ("client_state_bytes", "client state KB", "kb"),
     ("partition_json_bytes", "partition.json KB", "kb"),
     ("run_dir_bytes", "run dir KB", "kb"),
     ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
@@ -214,6 +240,7 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--model", default="cnn_small")
+    parser.add_argument("--strategy", default="fedavg", help="e.g. scaffold (state per client)")
     parser.add_argument("--data", choices=["auto", "mnist", "synthetic"], default="auto")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", help="write the rows as JSON here")
@@ -229,7 +256,7 @@ def main() -> None:
     rows = []
     for n in args.clients:
         cmd = [sys.executable, __file__, "--worker", str(n)]
-        for flag in ("samples_per_client", "per_round", "rounds", "model", "data", "threads"):
+        for flag in FORWARDED:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
@@ -238,7 +265,8 @@ def main() -> None:
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{n} clients done", file=sys.stderr, flush=True)
     print(
-        f"FedAvg, {args.model}, {args.samples_per_client} samples/client ({rows[0]['data']}), "
+        f"{args.strategy}, {args.model}, {args.samples_per_client} samples/client "
+        f"({rows[0]['data']}), "
         f"{args.per_round} clients/round, E=1, {args.rounds} rounds, {args.threads} thread(s)"
     )
     print(table(rows))

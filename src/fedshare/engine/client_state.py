@@ -21,6 +21,7 @@ class ClientStates:
     def __init__(self, store_device: torch.device | str = "cpu") -> None:
         self.store_device = torch.device(store_device)
         self._states: dict[int, ClientState] = {}
+        self._changed: set[int] = set()
 
     def checkout(self, client_id: int, device: torch.device) -> ClientState:
         """The client's state on `device` (an empty dict the first time)."""
@@ -29,6 +30,8 @@ class ClientStates:
 
     def checkin(self, client_id: int, state: Mapping[str, torch.Tensor]) -> None:
         """Keep what the client step left in its state (nothing kept for an empty state)."""
+        if state or client_id in self._states:
+            self._changed.add(client_id)
         if state:
             self._states[client_id] = {
                 key: value.detach().to(self.store_device) for key, value in state.items()
@@ -36,15 +39,25 @@ class ClientStates:
         else:
             self._states.pop(client_id, None)
 
+    def take_changed(self) -> set[int]:
+        """The clients whose state was checked in since the last call (then forgets them)."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def get(self, client_id: int) -> ClientState | None:
+        """The stored state of one client (on the store device), or None."""
+        return self._states.get(client_id)
+
+    def items(self) -> list[tuple[int, ClientState]]:
+        return list(self._states.items())
+
     @property
     def bytes_held(self) -> int:
         return sum(payload_bytes(state) for state in self._states.values())
-
-    def state_dict(self) -> dict[int, ClientState]:
-        return {cid: {k: v.cpu() for k, v in state.items()} for cid, state in self._states.items()}
 
     def load_state_dict(self, states: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
         self._states = {
             int(cid): {k: v.to(self.store_device) for k, v in state.items()}
             for cid, state in states.items()
         }
+        self._changed = set()

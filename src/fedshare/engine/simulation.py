@@ -45,6 +45,7 @@ from fedshare.engine.resume import check_same_run
 from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
 from fedshare.engine.separability import davies_bouldin, has_features, penultimate
+from fedshare.engine.state_log import ClientStateLog
 from fedshare.errors import FedshareError, NonFiniteLossError
 from fedshare.models.base import prepare_for_device
 from fedshare.params import params_of
@@ -167,6 +168,7 @@ class Simulation:
         self.meta = dict(meta or {})
         self.callbacks = list(callbacks or [])
         self.dir = RunDirectory(run_dir) if run_dir is not None else None
+        self.state_log = ClientStateLog(self.dir.path) if self.dir is not None else None
         self.record = dict(record) if record is not None else self._default_record()
         self.overwrite = overwrite
         clients = config.clients
@@ -328,6 +330,8 @@ class Simulation:
                 f"resume=true to continue it, overwrite=true to replace it, or another run_dir"
             )
         self.dir.clear()
+        assert self.state_log is not None
+        self.state_log.clear()
         return None
 
     def _setup(self, state: dict[str, Any] | None) -> None:
@@ -368,7 +372,12 @@ class Simulation:
         self.history = list(state["history"])
         self.rounds_completed = int(state["rounds_completed"])
         self.traffic = Traffic(**state["traffic"])
-        self.client_states.load_state_dict(state.get("client_states", {}))
+        assert self.state_log is not None
+        if "client_state_segments" in state:
+            stored = self.state_log.load(state["client_state_segments"])
+        else:  # checkpoints before incremental client state held it inline
+            stored = state.get("client_states", {})
+        self.client_states.load_state_dict(stored)
         self.kept.load_state_dict(state.get("kept_messages", {}), self.device)
         self.inboxes.load_state_dict(state.get("inboxes", {}), self.device)
         self._elapsed_before = float(state["wall_time_s"])
@@ -377,7 +386,8 @@ class Simulation:
 
     def save_checkpoint(self) -> None:
         """The state a resumed run continues from, with the config it must match."""
-        assert self.dir is not None
+        assert self.dir is not None and self.state_log is not None
+        segments = self.state_log.save(self.client_states, self.rounds_completed)
         save_checkpoint(
             self.dir.checkpoint_path,
             {
@@ -385,7 +395,7 @@ class Simulation:
                 "strategy": self.strategy.state_dict(),
                 "history": self.history,
                 "traffic": self.traffic.as_dict(),
-                "client_states": self.client_states.state_dict(),
+                "client_state_segments": segments,
                 "kept_messages": self.kept.state_dict(),
                 "inboxes": self.inboxes.state_dict(),
                 "wall_time_s": self.elapsed(),
@@ -394,6 +404,7 @@ class Simulation:
                 "config": self.record,
             },
         )
+        self.state_log.prune()
 
     def summary(self, elapsed: float) -> dict[str, Any]:
         return summarize(

@@ -24,7 +24,8 @@ RUN_FILES = (
     "curves.png",
     "checkpoint.pt",
 )
-"""Every file a run writes (the run-directory contract), and what `overwrite` deletes."""
+"""Every file a run writes (the run-directory contract), and what `overwrite` deletes (with the
+engine's `client_states/` segments, `fedshare.engine.state_log`)."""
 LOCK_FILE = ".lock"
 
 SUMMARY_KEYS = (
