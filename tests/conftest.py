@@ -5,6 +5,12 @@ reason — except under CI (CI=true), where a missing dataset is a failure, neve
 """
 
 import os
+
+# One thread everywhere, subprocesses (the CLI tests) included: the tests' models are small and
+# run fastest on one, and on a loaded machine two threads wait on each other at every
+# operation (10–40× slower measured). Set before torch starts its thread pool.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +20,7 @@ import torch
 from fedshare.data import Dataset, load_dataset
 from fedshare.errors import FedshareError
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """One torch thread for a module (`pytest.mark.usefixtures("one_thread")`): small models run
-    fastest on one, and on a loaded machine two threads wait on each other at every operation."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+torch.set_num_threads(1)
 
 
 def _skip_or_fail(reason: str) -> None:

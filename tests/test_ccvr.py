@@ -9,8 +9,6 @@ from fedshare.errors import FedshareError
 from fedshare.strategies import CCVR, FedAvg
 from helpers import DIGITS_TRAIN, digits_federation
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 SKEWED = {"name": "pathological", "classes_per_client": 2, "per_class": 60}
 
 

@@ -13,8 +13,6 @@ from fedshare.models import build_model
 from fedshare.privacy.context import ContextAttack, context_attack, stamp
 from helpers import DIGITS_TRAIN, digits_federation
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def noise_images(n: int = 600) -> Dataset:
     g = torch.Generator().manual_seed(0)

@@ -11,8 +11,6 @@ from fedshare.functional.sparse import pack, top_k_mask, unpack
 from fedshare.strategies import make_strategy
 from helpers import DIGITS_TRAIN, digits_federation
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 @pytest.mark.parametrize("n", [1, 7, 8, 13, 1000])
 def test_pack_round_trips_the_top_k_entries(n):

@@ -21,8 +21,6 @@ from fedshare.privacy.dcor import distance_correlation
 from fedshare.strategies import FedAA, FedAvg
 from fedshare.strategies._identifier import ClientIdentifier, identifier_loss, train_identifier
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 SMALL_CNN = {"channels": [8, 16], "hidden": [32, 16]}
 TRAIN = {"local_epochs": 2, "batch_size": 64, "lr": 0.05}
 QUICK = {

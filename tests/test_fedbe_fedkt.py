@@ -10,8 +10,6 @@ from fedshare.strategies import make_strategy
 from fedshare.strategies._server_distillation import ProbabilityMean
 from fedshare.strategies.fedkt import majority_vote
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 TRAIN = {"optimizer": "adam", "lr": 0.01, "batch_size": 64, "local_epochs": 20}
 
 

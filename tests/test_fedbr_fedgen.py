@@ -12,8 +12,6 @@ from fedshare.strategies.fedbr import log_p_positive
 from fedshare.strategies.fedgen import Generator, diversity_loss
 from helpers import DIGITS_TRAIN, digits_federation
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 CLIENTS = 10
 
 

@@ -19,8 +19,6 @@ from fedshare.functional.gmm import component_params
 from fedshare.strategies import make_strategy
 from fedshare.strategies.fedpft import gmm_bytes, gmm_params, head_bytes, raw_feature_bytes
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 TRAIN = {"optimizer": "adam", "lr": 0.01, "batch_size": 256, "local_epochs": 20}
 MIB = 2**20
 

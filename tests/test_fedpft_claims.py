@@ -13,7 +13,7 @@ from conftest import data_root_or_skip
 from fedshare.data import load_dataset
 from helpers import load_script
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+pytestmark = pytest.mark.slow
 SEEDS = [0, 1, 2]
 
 checks = load_script("fedpft_checks")

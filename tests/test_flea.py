@@ -26,8 +26,6 @@ from fedshare.strategies import make_strategy
 from fedshare.strategies.flea import dcor_weight_at
 from helpers import digits_federation, without_wall_time
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 TRAIN = {
     "optimizer": "adam",
     "lr": 1e-3,

@@ -80,7 +80,6 @@ GPU_PRESETS = [p for p in PRESETS if p not in HAR_PRESETS]
 
 
 @pytest.mark.slow  # ~45 s: the Dir(0.1) presets redraw ~25,000 times
-@pytest.mark.usefixtures("one_thread")
 def test_every_uci_har_preset_partitions_the_real_labels():
     """Each HAR preset's partition (seed 1) builds on UCI-HAR's 7,352 labels with its sizes:
     the K = 150 Dir(0.1) halves need thousands of redraws, as the authors' unbounded loop."""

@@ -17,8 +17,6 @@ from fedshare.data import federate
 from fedshare.privacy.reconstruction import reconstruction_attack
 from fedshare.strategies import make_strategy
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 TRAIN = {
     "optimizer": "adam",
     "lr": 1e-3,

@@ -17,8 +17,6 @@ from fedshare.functional.gmm import (
     unpack_mixtures,
 )
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def clustered(n: int = 600, d: int = 6, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)

@@ -10,8 +10,6 @@ from fedshare.errors import FedshareError
 from fedshare.models import build_model
 from helpers import DIGITS_TRAIN, digits_federation
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def run(memory_format: str):
     fed = digits_federation("iid", 4)

@@ -12,8 +12,6 @@ from fedshare.errors import FedshareError
 from fedshare.models import MODELS, BlockModel, build_model, prepare_for_device
 from fedshare.models.resnet_cifar import PRETRAINED_FILE, PRETRAINED_MEAN, PRETRAINED_STD
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "model"
 
 # name -> (input shape, classes): every registered model, at the size its paper used.

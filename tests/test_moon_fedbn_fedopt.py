@@ -18,8 +18,6 @@ from fedshare.strategies.fedprox import add_proximal_grad_
 from fedshare.strategies.moon import contrastive_loss
 from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def run(strategy, data=None, model="cnn_small", rounds=3, tmp=None, resume=False, seed=0, frac=0.5):
     return simulate(

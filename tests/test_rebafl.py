@@ -21,8 +21,6 @@ from fedshare.strategies import SetupContext, Update, make_strategy
 from fedshare.strategies.rebafl import ReBaFL
 from helpers import digits_federation, without_wall_time
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 C = 10
 
 

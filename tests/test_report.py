@@ -375,7 +375,6 @@ def test_the_default_output_folder_is_the_common_parent_outside_run_dirs(tmp_pat
 
 
 # ---------------------------------------------------------------------------- a real run
-@pytest.mark.usefixtures("one_thread")
 def test_a_real_run_is_reported(tmp_path, capsys):
     data = digits_federation(num_clients=3)
     for seed in (0, 1):

@@ -14,8 +14,6 @@ from fedshare.strategies import FedAvg, FedDyn, Scaffold
 from fedshare.strategies.base import Update
 from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 BYTES = {"bytes_up", "bytes_down", "bytes_shared", "bytes_shared_round"}
 
 

@@ -14,8 +14,6 @@ from fedshare.engine.personal_eval import (
 )
 from fedshare.engine.rng import numpy_rng
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def _partition(num_clients: int):
     labels = np.arange(num_clients * 3) % 4

@@ -10,8 +10,6 @@ from fedshare import simulate
 from fedshare.engine.separability import davies_bouldin
 from helpers import DIGITS_TRAIN, digits_federation
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def test_davies_bouldin_is_scikit_learns_score():
     g = torch.Generator().manual_seed(0)

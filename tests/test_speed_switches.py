@@ -9,8 +9,6 @@ from fedshare import simulate
 from fedshare.engine.training import fit
 from helpers import DIGITS_TRAIN, digits_federation
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def run(**train: object):
     fed = digits_federation("iid", 4)

@@ -16,8 +16,6 @@ from fedshare.privacy.mds import classical_mds, distance_stats, min_contributor_
 from fedshare.strategies import make_strategy
 from helpers import digits_federation, load_script
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 SMALL = {"name": "xormix", "target_labels": [9], "n": 2, "m": 25}
 TRAIN = {"local_epochs": 50, "batch_size": 32, "optimizer": "adam", "lr": 1e-2}
 

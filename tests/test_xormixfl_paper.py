@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from fedshare.paper.compare import lookup
 from fedshare.run import config_dir, execute
 
-pytestmark = [pytest.mark.paper, pytest.mark.usefixtures("one_thread")]
+pytestmark = pytest.mark.paper
 SEEDS = (0, 1, 2)
 
 
