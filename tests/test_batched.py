@@ -19,6 +19,7 @@ from fedshare.engine.optim import make_optimizer
 from fedshare.errors import FedshareError
 from fedshare.strategies import make_strategy
 from fedshare.strategies._local import cross_entropy_loss, train_local
+from fedshare.strategies.base import Message
 
 SGD = {"local_epochs": 2, "batch_size": 16, "lr": 0.05, "momentum": 0.9}
 ADAM = {"local_epochs": 2, "batch_size": 16, "optimizer": "adam", "lr": 1e-3}
@@ -148,7 +149,7 @@ def test_feddecorr_batched_step_follows_its_serial_step(fed):
     ends ≤ 1e-7 apart (measured)."""
     train = TrainConfig(batch_size=16, local_epochs=1, lr=0.05, momentum=0.9)
     model = init_model("cnn_small", fed, 0, {})
-    loss = make_strategy("feddecorr", {"beta": 0.5}).local_loss(model)
+    loss = make_strategy("feddecorr", {"beta": 0.5}).local_loss(model, Message())
     flat = FlatState(model)
     start = flat.flatten(model)
     clients = [Client(k, 0, fed.client_indices[k], fed.dataset, model, train, 0) for k in range(5)]

@@ -37,12 +37,20 @@ class FedAvg(Strategy):
             Phase("train", self.broadcast, self.client_update, self.aggregate, batched_step=step)
         ]
 
+    def local_loss(self, model: nn.Module, message: Message) -> LossFn:
+        """The loss of local training, `(model, x, y) -> loss` (cross-entropy): a variant that
+        changes only this loss (FedDecorr, FedNTD) overrides it and keeps both client steps,
+        serial and batched (so it must run under `vmap`: fixed shapes, no branching on values)."""
+        return cross_entropy_loss
+
     def client_update(self, client: Client, message: Message) -> Update:
-        return self.trained_update(client, self.load_weights(client.model, message.weights))
+        model = self.load_weights(client.model, message.weights)
+        return self.trained_update(client, model, self.local_loss(model, message))
 
     def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
         """`client_update` for several clients at once (`fedshare.engine.batched`)."""
-        return self.trained_updates(clients, self.load_weights(clients[0].model, message.weights))
+        model = self.load_weights(clients[0].model, message.weights)
+        return self.trained_updates(clients, model, self.local_loss(model, message))
 
     def trained_updates(
         self,

@@ -14,12 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.functional.losses import decorrelation_loss
 from fedshare.models.base import require_body
 from fedshare.strategies._local import LossFn
-from fedshare.strategies.base import ClientSetup, Message, Update, register_strategy
+from fedshare.strategies.base import ClientSetup, Message, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
 
@@ -38,7 +37,7 @@ class FedDecorr(FedAvg):
         super().client_setup(ctx)
         require_body(ctx.model, self.name)
 
-    def local_loss(self, model: nn.Module) -> LossFn:
+    def local_loss(self, model: nn.Module, message: Message) -> LossFn:
         split = model.num_blocks - 1  # the head's input
 
         def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -47,11 +46,3 @@ class FedDecorr(FedAvg):
             return loss + self.beta * decorrelation_loss(f.flatten(1)) if self.beta else loss
 
         return loss_fn
-
-    def client_update(self, client: Client, message: Message) -> Update:
-        model = self.load_weights(client.model, message.weights)
-        return self.trained_update(client, model, self.local_loss(model))
-
-    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
-        model = self.load_weights(clients[0].model, message.weights)
-        return self.trained_updates(clients, model, self.local_loss(model))

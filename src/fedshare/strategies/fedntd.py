@@ -14,11 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.functional.losses import not_true_distillation
 from fedshare.strategies._local import LossFn
-from fedshare.strategies.base import ClientSetup, Message, Update, register_strategy
+from fedshare.strategies.base import ClientSetup, Message, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
 
@@ -41,7 +40,7 @@ class FedNTD(FedAvg):
         super().client_setup(ctx)
         self.teacher = copy.deepcopy(ctx.model).requires_grad_(False)
 
-    def local_loss(self, message: Message) -> LossFn:
+    def local_loss(self, model: nn.Module, message: Message) -> LossFn:
         """CE + β·NTD against the round's global model (the frozen teacher)."""
         teacher = self.load_weights(self.teacher, message.weights).eval()
 
@@ -55,11 +54,3 @@ class FedNTD(FedAvg):
             return loss + self.beta * not_true_distillation(logits, target, y, self.tau)
 
         return loss_fn
-
-    def client_update(self, client: Client, message: Message) -> Update:
-        model = self.load_weights(client.model, message.weights)
-        return self.trained_update(client, model, self.local_loss(message))
-
-    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
-        model = self.load_weights(clients[0].model, message.weights)
-        return self.trained_updates(clients, model, self.local_loss(message))
