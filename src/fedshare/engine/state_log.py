@@ -6,8 +6,8 @@ clients of cnn_small state: 16 GB rewritten per round). Instead each checkpoint 
 segment file with the states that changed since the previous checkpoint (a removed state as
 None), and checkpoint.pt lists the segments that, read in order, give every client's state.
 When the segments hold more than twice the live state (plus 1 MB), the next checkpoint writes
-one full segment instead and the older ones are deleted, so the folder stays within about
-three times the state held.
+one full segment instead and the older ones are deleted, so the folder holds at most about
+twice the live state (plus 1 MB and the newest segment).
 
 Crash safety: a segment is complete (written to a temporary name, then renamed) before the
 checkpoint that lists it replaces the previous one, and segments are deleted only after the
@@ -38,17 +38,16 @@ class ClientStateLog:
 
     def __init__(self, run_path: Path) -> None:
         self.folder = run_path / FOLDER
-        self.segments: list[str] = []
-        self.sizes: dict[str, int] = {}
+        self.segments: dict[str, int] = {}
+        """The listed segments in order, with the state bytes each holds."""
 
     def save(self, states: ClientStates, rounds_completed: int) -> list[str]:
         """Write what changed since the last save (or everything, when compacting); return
         the segment names the new checkpoint must list."""
         changed = states.take_changed()
-        stale = sum(self.sizes.values())
-        if stale > 2 * states.bytes_held + COMPACT_SLACK:
+        if sum(self.segments.values()) > 2 * states.bytes_held + COMPACT_SLACK:
             name, segment = f"full_{rounds_completed:06d}.pt", dict(states.items())
-            self.segments = []
+            self.segments = {}
         elif changed:
             name = f"delta_{rounds_completed:06d}.pt"
             segment = {cid: states.get(cid) for cid in changed}
@@ -58,24 +57,21 @@ class ClientStateLog:
         tmp = self.folder / (name + ".tmp")
         torch.save({int(cid): state for cid, state in segment.items()}, tmp)
         os.replace(tmp, self.folder / name)
-        self.segments = [*self.segments, name]
-        self.sizes = {n: self.sizes.get(n, 0) for n in self.segments}
-        self.sizes[name] = segment_bytes(segment)
+        self.segments[name] = segment_bytes(segment)
         return list(self.segments)
 
     def prune(self) -> None:
         """Delete segment files the current checkpoint does not list (after it is written)."""
         if not self.folder.is_dir():
             return
-        keep = set(self.segments)
         for path in self.folder.iterdir():
-            if path.name not in keep:
+            if path.name not in self.segments:
                 path.unlink()
 
     def load(self, names: Iterable[str]) -> dict[int, ClientState]:
         """Every client's state from the listed segments, later segments overriding earlier."""
         states: dict[int, ClientState] = {}
-        self.segments, self.sizes = [], {}
+        self.segments = {}
         for name in names:
             segment = torch.load(self.folder / name, map_location="cpu", weights_only=True)
             for cid, state in segment.items():
@@ -83,13 +79,12 @@ class ClientStateLog:
                     states.pop(int(cid), None)
                 else:
                     states[int(cid)] = state
-            self.segments.append(name)
-            self.sizes[name] = segment_bytes(segment)
+            self.segments[name] = segment_bytes(segment)
         return states
 
     def clear(self) -> None:
         """Delete the folder's segments (a run folder reused with `overwrite`)."""
-        self.segments, self.sizes = [], {}
+        self.segments = {}
         if self.folder.is_dir():
             for path in self.folder.iterdir():
                 path.unlink()
