@@ -133,3 +133,20 @@ def test_overwrite_deletes_the_previous_runs_client_states(tmp_path):
         overwrite=True,
     )
     assert sorted(p.name for p in (tmp_path / FOLDER).iterdir()) == ["delta_000001.pt"]
+
+
+def test_a_checkpoint_with_inline_client_state_resumes_and_keeps_every_state(tmp_path):
+    """Checkpoints written before segments held the states inline: a resume from one writes
+    them all to the next checkpoint's segments, so a second resume still has every client."""
+    full = run(tmp_path / "full")
+    old = tmp_path / "old"
+    run(old, rounds=2)
+    checkpoint = torch.load(old / "checkpoint.pt", weights_only=True)
+    log = ClientStateLog(old)
+    checkpoint["client_states"] = log.load(checkpoint.pop("client_state_segments"))
+    torch.save(checkpoint, old / "checkpoint.pt")
+    log.clear()  # the folder as an older version left it: no client_states/
+    run(old, rounds=3, resume=True)
+    resumed = run(old, rounds=4, resume=True)
+    assert without_wall_time(resumed.history) == without_wall_time(full.history)
+    assert resumed.summary["client_state_bytes"] == full.summary["client_state_bytes"]

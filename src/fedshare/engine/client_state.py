@@ -44,6 +44,10 @@ class ClientStates:
         changed, self._changed = self._changed, set()
         return changed
 
+    def mark_all_changed(self) -> None:
+        """Count every stored state as changed (so the next checkpoint writes all of them)."""
+        self._changed = set(self._states)
+
     def get(self, client_id: int) -> ClientState | None:
         """The stored state of one client (on the store device), or None."""
         return self._states.get(client_id)

@@ -374,10 +374,10 @@ class Simulation:
         self.traffic = Traffic(**state["traffic"])
         assert self.state_log is not None
         if "client_state_segments" in state:
-            stored = self.state_log.load(state["client_state_segments"])
-        else:  # checkpoints before incremental client state held it inline
-            stored = state.get("client_states", {})
-        self.client_states.load_state_dict(stored)
+            self.client_states.load_state_dict(self.state_log.load(state["client_state_segments"]))
+        else:  # checkpoints before incremental client state held it inline: no segment has it
+            self.client_states.load_state_dict(state.get("client_states", {}))
+            self.client_states.mark_all_changed()
         self.kept.load_state_dict(state.get("kept_messages", {}), self.device)
         self.inboxes.load_state_dict(state.get("inboxes", {}), self.device)
         self._elapsed_before = float(state["wall_time_s"])
