@@ -5,6 +5,7 @@ softmax of the global model.
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -28,21 +29,19 @@ class CalibratedFedAvg(FedAvg):
     def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def calibrated_loss(
+        self, net: nn.Module, x: torch.Tensor, y: torch.Tensor, counts: torch.Tensor
+    ) -> torch.Tensor:
+        """The local loss of a client with class `counts` (one client's row when batched)."""
+        return F.cross_entropy(self.calibrate(net(x), counts), y)
+
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
-        counts = client_class_counts(client)
-
-        def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(self.calibrate(net(x), counts), y)
-
+        loss_fn = partial(self.calibrated_loss, counts=client_class_counts(client))
         return self.trained_update(client, model, loss_fn)
 
     def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
         """`client_update` for several clients at once: each client's counts are its row."""
         model = self.load_weights(clients[0].model, message.weights)
         counts = torch.stack([client_class_counts(c) for c in clients])
-
-        def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor, n: torch.Tensor):
-            return F.cross_entropy(self.calibrate(net(x), n), y)
-
-        return self.trained_updates(clients, model, loss_fn, client_inputs=counts)
+        return self.trained_updates(clients, model, self.calibrated_loss, client_inputs=counts)
