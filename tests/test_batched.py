@@ -12,7 +12,7 @@ from fedshare import simulate
 from fedshare.api import init_model
 from fedshare.config import TrainConfig
 from fedshare.data import federate
-from fedshare.engine.batched import StackedOptimizer, StackedRun
+from fedshare.engine.batched import StackedOptimizer, StackedRun, clip_rows
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.optim import make_optimizer
@@ -166,10 +166,52 @@ def test_feddecorr_batched_step_follows_its_serial_step(fed):
         assert (expected - start).abs().max() > 2e-2  # it trained
 
 
+@pytest.mark.parametrize(
+    ("strategy", "params"),
+    [
+        ("scaffold", {}),
+        ("scaffold", {"clip_norm": 0.5, "scale_c_by_fraction": False}),
+        ("feddyn", {"alpha": 0.1}),
+    ],
+    ids=["scaffold", "scaffold-clipped", "feddyn"],
+)
+def test_strategies_with_per_client_gradient_terms_run_batched(fed, strategy, params):
+    """SCAFFOLD (each row clipped on its own norm, corrected by its own c − c_i, K counted per
+    client) and FedDyn (each row's own ∇L_k): equal to the serial run over two rounds, so the
+    second round starts from the states the first left; and the term acts (not FedAvg)."""
+    train = {**SGD, "momentum": 0.0}
+    serial = run(fed, strategy, "cnn_small", train, 0, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batched = run(fed, strategy, "cnn_small", train, 5, **params)
+    assert_same_run(batched, serial, 2e-3)
+    assert_same_run(run(fed, strategy, "cnn_small", train, 2, **params), serial, 2e-3)
+    fedavg = run(fed, "fedavg", "cnn_small", train, 5)
+    assert fedavg.history[-1]["train_loss"] != pytest.approx(batched.history[-1]["train_loss"])
+
+
+def test_clip_rows_is_torchs_clip_per_row():
+    torch.manual_seed(0)
+    grads = {"a": torch.randn(3, 4, 5), "b": torch.randn(3, 7)}
+    grads["a"][2] *= 1e-2  # row 2 under the norm: left as it is
+    grads["b"][2] *= 1e-2
+    clipped = clip_rows(grads, 1.0)
+    for i in range(3):
+        row = [grads["a"][i].clone(), grads["b"][i].clone()]
+        params = [torch.nn.Parameter(torch.zeros_like(g)) for g in row]
+        for p, g in zip(params, row, strict=True):
+            p.grad = g
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        torch.testing.assert_close(clipped["a"][i], params[0].grad)
+        torch.testing.assert_close(clipped["b"][i], params[1].grad)
+    torch.testing.assert_close(clipped["a"][2], grads["a"][2])
+    assert clipped["a"][0].norm() < grads["a"][0].norm()
+
+
 def test_a_strategy_without_a_batched_step_says_so_and_runs_serially(fed):
-    with pytest.warns(UserWarning, match="scaffold's 'train' step is not plain local training"):
-        batched = run(fed, "scaffold", "cnn_small", SGD, 5)
-    assert_same_run(batched, run(fed, "scaffold", "cnn_small", SGD, 0))
+    with pytest.warns(UserWarning, match="moon's 'train' step is not plain local training"):
+        batched = run(fed, "moon", "cnn_small", SGD, 5)
+    assert_same_run(batched, run(fed, "moon", "cnn_small", SGD, 0))
 
 
 def test_a_negative_chunk_is_refused(fed):
@@ -197,7 +239,7 @@ def test_stacked_optimizer_is_torchs_per_row(train):
     for k, g in enumerate(grads):
         moving = [0, 1] if k % 2 == 0 else [1]
         stacked["w"].grad = g.clone()
-        stepper.step(stacked, None if k % 2 == 0 else torch.tensor(moving))
+        stepper.step(stacked, slice(None) if k % 2 == 0 else torch.tensor(moving))
         for i in moving:
             rows[i].grad = g[i].clone()
             torch_opts[i].step()

@@ -13,7 +13,11 @@ client would take alone:
 * the optimizer (`StackedOptimizer`) keeps per-client momentum / Adam moments and step counts;
 * `train.amp` runs the stacked losses under bf16 autocast, as serial training does;
 * a loss may take one tensor per client (`client_inputs`, e.g. its class counts), so a strategy
-  whose local loss depends on the client (FedLC, FedRS, BSM-FedAvg) steps batched too.
+  whose local loss depends on the client (FedLC, FedRS, BSM-FedAvg) steps batched too;
+* a gradient hook sees the stepping rows' parameters, gradients and row indices and returns
+  the gradients the optimizer takes (FedProx's proximal term, SCAFFOLD's per-client clipping
+  and correction, FedDyn's per-client linear term), as a serial `grad_hook` does;
+* `steps` counts each client's optimizer steps (SCAFFOLD's K).
 
 Equal to serial training up to floating-point rounding for models without dropout (tested for
 FedAvg and FedProx on cnn_small, lenet_fmnist and a BatchNorm CNN); with dropout each client
@@ -36,11 +40,23 @@ from fedshare.engine.training import bf16_autocast
 
 StackedLoss = Callable[..., torch.Tensor]
 """`loss(model, x, y)`, or `loss(model, x, y, inputs)` with the client's row of `client_inputs`."""
-GradTerm = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
-"""The stepping rows' current parameters -> a term added to their gradients (FedProx's
-proximal gradient), outside autograd like a serial `grad_hook`."""
+Rows = torch.Tensor | slice
+"""The stepping clients: an index tensor, or `slice(None)` when every client steps."""
+StackedGradHook = Callable[
+    [dict[str, torch.Tensor], dict[str, torch.Tensor], Rows], dict[str, torch.Tensor]
+]
+"""(the stepping rows' parameters, their gradients, the rows) -> the gradients to step with,
+outside autograd like a serial `grad_hook` (index a per-client tensor with the rows)."""
 
 ADAM_EPS = 1e-8  # torch.optim.Adam's default, which `make_optimizer` uses
+
+
+def clip_rows(grads: dict[str, torch.Tensor], max_norm: float) -> dict[str, torch.Tensor]:
+    """`torch.nn.utils.clip_grad_norm_` for each row (client) of stacked gradients: a row
+    whose L2 norm over all parameters exceeds `max_norm` is scaled by max_norm/(norm + 1e-6)."""
+    squares = sum(g.flatten(1).pow(2).sum(1) for g in grads.values())
+    scale = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
+    return {n: g * scale.view(-1, *[1] * (g.dim() - 1)) for n, g in grads.items()}
 
 
 @dataclass
@@ -55,22 +71,21 @@ class StackedOptimizer:
     steps: torch.Tensor | None = None
 
     @torch.no_grad()
-    def step(self, params: dict[str, torch.Tensor], rows: torch.Tensor | None) -> None:
-        """Update `params` (stacked leaves with `.grad`) at `rows` (None = every row)."""
+    def step(self, params: dict[str, torch.Tensor], rows: Rows) -> None:
+        """Update `params` (stacked leaves with `.grad`) at `rows`."""
         first = next(iter(params.values()))
         if self.steps is None or self.train.optimizer_reset_each_step:
             self.steps = torch.zeros(len(first), device=first.device)
             self.state = {}
-        pick = slice(None) if rows is None else rows
-        self.steps[pick] += 1
+        self.steps[rows] += 1
         for name, p in params.items():
-            grad = p.grad[pick]
+            grad = p.grad[rows]
             if self.train.weight_decay:
-                grad = grad.add(p[pick], alpha=self.train.weight_decay)
+                grad = grad.add(p[rows], alpha=self.train.weight_decay)
             if self.train.optimizer == "adam":
-                p[pick] = p[pick] - self._adam(name, p, grad, pick)
+                p[rows] = p[rows] - self._adam(name, p, grad, rows)
             else:
-                p[pick] = p[pick] - self.lr * self._momentum(name, p, grad, pick)
+                p[rows] = p[rows] - self.lr * self._momentum(name, p, grad, rows)
 
     def _slot(self, name: str, key: str, like: torch.Tensor) -> torch.Tensor:
         return self.state.setdefault(name, {}).setdefault(key, torch.zeros_like(like))
@@ -120,14 +135,14 @@ class StackedRun:
         clients: list[Client],
         model: nn.Module,
         loss_fn: StackedLoss,
-        grad_term: GradTerm | None = None,
+        grad_hook: StackedGradHook | None = None,
         client_inputs: torch.Tensor | None = None,
     ) -> None:
         """`client_inputs`: row i is passed to client i's loss as its fourth argument."""
         self.clients = clients
         self.inputs = () if client_inputs is None else (client_inputs,)
         self.model = model
-        self.grad_term = grad_term
+        self.grad_hook = grad_hook
         count = len(clients)
         trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
         self.params = {n: t.requires_grad_() for n, t in stacked(trainable, count).items()}
@@ -155,7 +170,7 @@ class StackedRun:
         streams: list[Iterator[Samples] | None] = [c.batches() for c in self.clients]
         device = self.clients[0].device
         totals = torch.zeros(len(self.clients), device=device)
-        counts = torch.zeros(len(self.clients), device=device)
+        self.steps = counts = torch.zeros(len(self.clients), device=device)
         while True:
             batches = {}
             for i, stream in enumerate(streams):
@@ -168,13 +183,12 @@ class StackedRun:
                 break
             for rows, x, y in self._groups(batches):
                 losses = self._step(rows, x, y)
-                pick = slice(None) if rows is None else rows
-                totals[pick] += losses
-                counts[pick] += 1
+                totals[rows] += losses
+                counts[rows] += 1
         return list(totals / counts.clamp(min=1))
 
     def _groups(self, batches: dict[int, Samples]):
-        """The step's batches grouped by shape: (rows or None for all, stacked x, stacked y)."""
+        """The step's batches grouped by shape: (rows, stacked x, stacked y)."""
         shapes: dict[tuple, list[int]] = {}
         for i, (x, y) in batches.items():
             shapes.setdefault((tuple(x.shape), tuple(y.shape)), []).append(i)
@@ -182,13 +196,14 @@ class StackedRun:
             x = torch.stack([batches[i][0] for i in members])
             y = torch.stack([batches[i][1] for i in members])
             every = len(members) == len(self.clients)
-            rows = None if every else torch.tensor(members, device=x.device)
+            rows = slice(None) if every else torch.tensor(members, device=x.device)
             yield rows, x, y
 
-    def _step(self, rows: torch.Tensor | None, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _step(self, rows: Rows, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        every = isinstance(rows, slice)
         for p in self.params.values():
             p.grad = None
-        if rows is None:
+        if every:
             params, buffers, inputs = self.params, self.buffers, self.inputs
         else:
             params = {n: p[rows] for n, p in self.params.items()}
@@ -197,20 +212,15 @@ class StackedRun:
         with bf16_autocast(self.amp_device):
             losses = self.losses(params, buffers, x, y, *inputs)
         losses.float().sum().backward()
-        if rows is not None:
-            with torch.no_grad():
+        with torch.no_grad():
+            if not every:
                 for n, b in buffers.items():
                     self.buffers[n][rows] = b
-        if self.grad_term is not None:
-            live = {n: p.detach() for n, p in self.params.items()}
-            extra = self.grad_term(live if rows is None else {n: p[rows] for n, p in live.items()})
-            with torch.no_grad():
-                for n, g in extra.items():
-                    grad = self.params[n].grad
-                    if rows is None:
-                        grad += g
-                    else:
-                        grad[rows] += g
+            if self.grad_hook is not None:
+                live = {n: p.detach()[rows] for n, p in self.params.items()}
+                grads = {n: p.grad[rows] for n, p in self.params.items()}
+                for n, g in self.grad_hook(live, grads, rows).items():
+                    self.params[n].grad[rows] = g
         self.optimizer.step(self.params, rows)
         return losses.detach().float()
 

@@ -28,6 +28,7 @@ class ParamVector:
         self.index = torch.cat(positions) if positions else torch.zeros(0, dtype=torch.long)
         self.numel = int(self.index.numel())
         self.sizes = [int(p.numel()) for p in self.params(model)]
+        self.shapes = [tuple(p.shape) for p in self.params(model)]
 
     def params(self, model: nn.Module) -> list[nn.Parameter]:
         """The trainable parameters of `model` (the worker or the global model) in order."""
@@ -37,6 +38,15 @@ class ParamVector:
     def of(self, flat_vector: torch.Tensor) -> torch.Tensor:
         """The parameter entries of a flat state vector."""
         return flat_vector[self.index.to(flat_vector.device)]
+
+    def per_param(self, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        """A stack of parameter vectors (one row per client) split per parameter, by name
+        and shaped as the stacked parameters of batched training (`fedshare.engine.batched`)."""
+        chunks = rows.split(self.sizes, dim=1)
+        return {
+            name: chunk.reshape(len(rows), *shape)
+            for name, chunk, shape in zip(self.names, chunks, self.shapes, strict=True)
+        }
 
     def add_to_grads(
         self, params: list[nn.Parameter], vector: torch.Tensor, alpha: float = 1.0

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedshare.engine.batched import GradTerm, StackedLoss, StackedRun
+from fedshare.engine.batched import StackedGradHook, StackedLoss, StackedRun
 from fedshare.engine.client import Client
 from fedshare.strategies._local import (
     GradHook,
@@ -57,12 +57,12 @@ class FedAvg(Strategy):
         clients: list[Client],
         model: nn.Module,
         loss_fn: StackedLoss = cross_entropy_loss,
-        grad_term: GradTerm | None = None,
+        grad_hook: StackedGradHook | None = None,
         client_inputs: torch.Tensor | None = None,
     ) -> list[Update]:
         """`trained_update` for several clients, each from `model`'s current weights; row i
         of `client_inputs` is client i's fourth argument of `loss_fn`."""
-        run = StackedRun(clients, model, loss_fn, grad_term, client_inputs)
+        run = StackedRun(clients, model, loss_fn, grad_hook, client_inputs)
         losses = run.run()
         updates = []
         for i, client in enumerate(clients):

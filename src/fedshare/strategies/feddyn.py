@@ -25,12 +25,14 @@ import torch
 from torch import nn
 
 from fedshare.engine.aggregation import RunningMean
+from fedshare.engine.batched import Rows, StackedRun
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import cross_entropy_loss, finite_mean, train_local
 from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import (
     Message,
+    Phase,
     SetupContext,
     Update,
     register_strategy,
@@ -54,11 +56,22 @@ class FedDyn(ParamVectorStrategy):
         super().setup(ctx)
         self.h = torch.zeros(self.pv.numel, device=ctx.device)
 
+    def phases(self) -> list[Phase]:
+        return [
+            Phase(
+                "train",
+                self.broadcast,
+                self.client_update,
+                self.aggregate,
+                batched_step=self.batched_update,
+            )
+        ]
+
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
         params = self.pv.params(model)
         anchor = self.pv.of(message.weights)
-        grad_k = client.state.get("grad", torch.zeros_like(anchor))
+        grad_k = self._grad_k(client, anchor)
 
         def dynamic(_: nn.Module) -> None:
             # ∇[−⟨∇L_k, θ⟩ + α/2‖θ − θ^{t−1}‖²] = −∇L_k + α(θ − θ^{t−1})
@@ -66,7 +79,42 @@ class FedDyn(ParamVectorStrategy):
             self.pv.add_to_grads(params, self.alpha * (theta - anchor) - grad_k)
 
         loss = train_local(client, model, grad_hook=dynamic)
-        weights = self.flat.flatten(model)
+        return self._upload(client, anchor, self.flat.flatten(model), loss)
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """`client_update` for several clients (`train.batched`), each row with its own ∇L_k."""
+        model = self.load_weights(clients[0].model, message.weights)
+        anchor = self.pv.of(message.weights)
+        anchors = self.pv.per_param(anchor.unsqueeze(0))
+        grad_ks = self.pv.per_param(torch.stack([self._grad_k(k, anchor) for k in clients]))
+
+        def dynamic(params: dict, grads: dict, rows: Rows) -> dict[str, torch.Tensor]:
+            return {
+                n: g + self.alpha * (params[n] - anchors[n]) - grad_ks[n][rows]
+                for n, g in grads.items()
+            }
+
+        run = StackedRun(clients, model, cross_entropy_loss, dynamic)
+        losses = run.run()
+        return [
+            self._upload(
+                client,
+                anchor,
+                self.flat.flatten(run.load_client(i)),
+                finite_mean(losses[i], client),
+            )
+            for i, client in enumerate(clients)
+        ]
+
+    @staticmethod
+    def _grad_k(client: Client, anchor: torch.Tensor) -> torch.Tensor:
+        return client.state.get("grad", torch.zeros_like(anchor))
+
+    def _upload(
+        self, client: Client, anchor: torch.Tensor, weights: torch.Tensor, loss: torch.Tensor
+    ) -> Update:
+        """∇L_k ← ∇L_k − α(θ_k^t − θ^{t−1}) kept in the client's state; θ_k^t uploaded."""
+        grad_k = self._grad_k(client, anchor)
         client.state["grad"] = grad_k - self.alpha * (self.pv.of(weights) - anchor)
         return Update(client.id, client.num_samples, weights=weights, metrics={"train_loss": loss})
 

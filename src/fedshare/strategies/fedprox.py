@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedshare.engine.batched import Rows
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.strategies.base import Message, Update, register_strategy
@@ -77,8 +78,9 @@ class FedProx(FedAvg):
         model = self.load_weights(clients[0].model, message.weights)
         anchor = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
-        def proximal(rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-            drift = [rows[n] - anchor[n] for n in anchor]
-            return dict(zip(anchor, proximal_grads(drift, self.mu, self.norm, True), strict=True))
+        def proximal(params: dict, grads: dict, rows: Rows) -> dict[str, torch.Tensor]:
+            drift = [params[n] - anchor[n] for n in anchor]
+            prox = proximal_grads(drift, self.mu, self.norm, per_row=True)
+            return {n: grads[n] + g for n, g in zip(anchor, prox, strict=True)}
 
-        return self.trained_updates(clients, model, grad_term=proximal)
+        return self.trained_updates(clients, model, grad_hook=proximal)

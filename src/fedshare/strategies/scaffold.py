@@ -27,12 +27,14 @@ import torch
 from torch import nn
 
 from fedshare.engine.aggregation import RunningMean
+from fedshare.engine.batched import Rows, StackedRun, clip_rows
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import cross_entropy_loss, finite_mean, train_local
 from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import (
     Message,
+    Phase,
     SetupContext,
     Update,
     register_strategy,
@@ -67,12 +69,21 @@ class Scaffold(ParamVectorStrategy):
     def broadcast(self, round_idx: int) -> Message:
         return Message(weights=self.flat.flatten(self.model), payload={"c": self.c})
 
+    def phases(self) -> list[Phase]:
+        return [
+            Phase(
+                "train",
+                self.broadcast,
+                self.client_update,
+                self.aggregate,
+                batched_step=self.batched_update,
+            )
+        ]
+
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
         params = self.pv.params(model)
-        c = message.payload["c"]
-        c_i = client.state.get("c", torch.zeros_like(c))
-        correction = c - c_i
+        correction = message.payload["c"] - self._c_i(client, message)
         steps = 0
 
         def corrected(_: nn.Module) -> None:
@@ -83,7 +94,43 @@ class Scaffold(ParamVectorStrategy):
             self.pv.add_to_grads(params, correction)
 
         loss = train_local(client, model, grad_hook=corrected)
-        y = self.flat.flatten(model)
+        return self._upload(client, message, self.flat.flatten(model), steps, loss)
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """`client_update` for several clients (`train.batched`): each row's gradient is
+        clipped on its own norm and corrected by its own c − c_i."""
+        model = self.load_weights(clients[0].model, message.weights)
+        c = message.payload["c"]
+        corrections = self.pv.per_param(c - torch.stack([self._c_i(k, message) for k in clients]))
+
+        def corrected(params: dict, grads: dict, rows: Rows) -> dict[str, torch.Tensor]:
+            if self.clip_norm > 0:
+                grads = clip_rows(grads, self.clip_norm)
+            return {n: g + corrections[n][rows] for n, g in grads.items()}
+
+        run = StackedRun(clients, model, cross_entropy_loss, corrected)
+        losses = run.run()
+        return [
+            self._upload(
+                client,
+                message,
+                self.flat.flatten(run.load_client(i)),
+                int(run.steps[i]),
+                finite_mean(losses[i], client),
+            )
+            for i, client in enumerate(clients)
+        ]
+
+    @staticmethod
+    def _c_i(client: Client, message: Message) -> torch.Tensor:
+        return client.state.get("c", torch.zeros_like(message.payload["c"]))
+
+    def _upload(
+        self, client: Client, message: Message, y: torch.Tensor, steps: int, loss: torch.Tensor
+    ) -> Update:
+        """Option II's c_i+ from the client's K = `steps` local steps, kept in its state; y and
+        Δc_i uploaded."""
+        c, c_i = message.payload["c"], self._c_i(client, message)
         if self.update_controls and steps > 0:
             drift = self.pv.of(message.weights) - self.pv.of(y)
             c_new = c_i - c + drift / (steps * client.lr)
