@@ -35,11 +35,14 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fedshare.config import TrainConfig
-from fedshare.engine.client import Client, Samples
+from fedshare.engine.client import Client
 from fedshare.engine.training import bf16_autocast
 
 StackedLoss = Callable[..., torch.Tensor]
-"""`loss(model, x, y)`, or `loss(model, x, y, inputs)` with the client's row of `client_inputs`."""
+"""`loss(model, *batch)`, e.g. `loss(model, x, y)`, or `loss(model, *batch, inputs)` with the
+client's row of `client_inputs`."""
+Batch = tuple[torch.Tensor, ...]
+"""One client's batch: `Samples` (x, y), or whatever its stream yields (FedMix's mixed batch)."""
 Rows = torch.Tensor | slice
 """The stepping clients: an index tensor, or `slice(None)` when every client steps."""
 StackedGradHook = Callable[
@@ -111,16 +114,16 @@ class StackedOptimizer:
 
 
 class _LossOf(nn.Module):
-    """`loss_fn(model, x, y[, inputs])` as a module, so `functional_call` can swap the model's
-    tensors."""
+    """`loss_fn(model, *batch[, inputs])` as a module, so `functional_call` can swap the
+    model's tensors."""
 
     def __init__(self, model: nn.Module, loss_fn: StackedLoss) -> None:
         super().__init__()
         self.model = model
         self.loss_fn = loss_fn
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
-        return self.loss_fn(self.model, x, y, *inputs)
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return self.loss_fn(self.model, *tensors)
 
 
 def stacked(tensors: dict[str, torch.Tensor], copies: int) -> dict[str, torch.Tensor]:
@@ -137,9 +140,13 @@ class StackedRun:
         loss_fn: StackedLoss,
         grad_hook: StackedGradHook | None = None,
         client_inputs: torch.Tensor | None = None,
+        streams: list[Iterator[Batch]] | None = None,
     ) -> None:
-        """`client_inputs`: row i is passed to client i's loss as its fourth argument."""
+        """`client_inputs`: row i is passed to client i's loss after its batch. `streams`:
+        each client's batches (tuples of tensors, the loss's arguments after the model);
+        default `client.batches()`."""
         self.clients = clients
+        self.streams = streams
         self.inputs = () if client_inputs is None else (client_inputs,)
         self.model = model
         self.grad_hook = grad_hook
@@ -156,9 +163,9 @@ class StackedRun:
         )
         wrapper = _LossOf(model, loss_fn)
 
-        def one_client(params, buffers, x, y, *inputs):
+        def one_client(params, buffers, *tensors):
             named = {f"model.{n}": t for n, t in {**params, **buffers}.items()}
-            return functional_call(wrapper, {**named, **self.fixed}, (x, y, *inputs))
+            return functional_call(wrapper, {**named, **self.fixed}, tensors)
 
         self.losses = vmap(one_client, randomness="different")
         self.amp_device = clients[0].amp_device
@@ -167,7 +174,9 @@ class StackedRun:
     def run(self) -> list[torch.Tensor]:
         """Train to the end of every client's batches; the mean loss per client."""
         self.model.train()
-        streams: list[Iterator[Samples] | None] = [c.batches() for c in self.clients]
+        streams: list[Iterator[Batch] | None] = (
+            [c.batches() for c in self.clients] if self.streams is None else list(self.streams)
+        )
         device = self.clients[0].device
         totals = torch.zeros(len(self.clients), device=device)
         self.steps = counts = torch.zeros(len(self.clients), device=device)
@@ -181,25 +190,25 @@ class StackedRun:
                     batches[i] = batch
             if not batches:
                 break
-            for rows, x, y in self._groups(batches):
-                losses = self._step(rows, x, y)
+            for rows, batch in self._groups(batches):
+                losses = self._step(rows, batch)
                 totals[rows] += losses
                 counts[rows] += 1
         return list(totals / counts.clamp(min=1))
 
-    def _groups(self, batches: dict[int, Samples]):
-        """The step's batches grouped by shape: (rows, stacked x, stacked y)."""
+    def _groups(self, batches: dict[int, Batch]) -> Iterator[tuple[Rows, Batch]]:
+        """The step's batches grouped by shape: (rows, each tensor stacked over the rows)."""
         shapes: dict[tuple, list[int]] = {}
-        for i, (x, y) in batches.items():
-            shapes.setdefault((tuple(x.shape), tuple(y.shape)), []).append(i)
+        for i, batch in batches.items():
+            shapes.setdefault(tuple(tuple(t.shape) for t in batch), []).append(i)
         for members in shapes.values():
-            x = torch.stack([batches[i][0] for i in members])
-            y = torch.stack([batches[i][1] for i in members])
+            group = [batches[i] for i in members]
+            stacked_batch = tuple(torch.stack(ts) for ts in zip(*group, strict=True))
             every = len(members) == len(self.clients)
-            rows = slice(None) if every else torch.tensor(members, device=x.device)
-            yield rows, x, y
+            device = stacked_batch[0].device
+            yield slice(None) if every else torch.tensor(members, device=device), stacked_batch
 
-    def _step(self, rows: Rows, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _step(self, rows: Rows, batch: Batch) -> torch.Tensor:
         every = isinstance(rows, slice)
         for p in self.params.values():
             p.grad = None
@@ -210,7 +219,7 @@ class StackedRun:
             buffers = {n: b[rows] for n, b in self.buffers.items()}
             inputs = tuple(t[rows] for t in self.inputs)
         with bf16_autocast(self.amp_device):
-            losses = self.losses(params, buffers, x, y, *inputs)
+            losses = self.losses(params, buffers, *batch, *inputs)
         losses.float().sum().backward()
         with torch.no_grad():
             if not every:

@@ -223,7 +223,7 @@ class Simulation:
         if asked <= 1 or phase.personal is not None or measure_local:
             return 1
         if phase.batched_step is None:
-            if phase.name not in self._said_serial:
+            if phase.trains and phase.name not in self._said_serial:
                 self._said_serial.add(phase.name)
                 warnings.warn(
                     f"train.batched={asked}: {self.strategy.name}'s {phase.name!r} step is not "

@@ -1,12 +1,15 @@
 """Local training on a client's batches (`fedshare.engine.training` drives the steps)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.engine.batched import Batch, StackedGradHook, StackedLoss, StackedRun
 from fedshare.engine.client import Client, Samples
+from fedshare.engine.flat import FlatState
+from fedshare.engine.messages import Update
 from fedshare.engine.training import check_finite, fit
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -24,18 +27,44 @@ def train_local(
     grad_hook: GradHook | None = None,
     epochs: int | None = None,
     extra: Samples | None = None,
+    batches: Iterable[Batch] | None = None,
 ) -> torch.Tensor:
     """Train `model` with the configured optimizer on the client's batches (with `extra`
-    received samples, if given); return the mean loss (a device tensor, checked finite)."""
+    received samples, if given; or on `batches`, which `loss_fn` takes after the model);
+    return the mean loss (a device tensor, checked finite)."""
     model.train()
     mean = fit(
         client.make_optimizer(model.parameters()),
-        client.batches(epochs=epochs, extra=extra),
+        client.batches(epochs=epochs, extra=extra) if batches is None else batches,
         lambda batch: loss_fn(model, *batch),
         None if grad_hook is None else lambda: grad_hook(model),
         client.amp_device,
     )
     return finite_mean(mean, client)
+
+
+def train_stacked(
+    flat: FlatState,
+    clients: list[Client],
+    model: nn.Module,
+    loss_fn: StackedLoss = cross_entropy_loss,
+    grad_hook: StackedGradHook | None = None,
+    client_inputs: torch.Tensor | None = None,
+    streams: list[Iterator[Batch]] | None = None,
+) -> list[Update]:
+    """`train_local` for several clients at once (`fedshare.engine.batched.StackedRun`), each
+    from `model`'s current weights; every client uploads its trained weights and mean loss."""
+    run = StackedRun(clients, model, loss_fn, grad_hook, client_inputs, streams)
+    losses = run.run()
+    return [
+        Update(
+            client.id,
+            client.num_samples,
+            weights=flat.flatten(run.load_client(i)),
+            metrics={"train_loss": finite_mean(losses[i], client)},
+        )
+        for i, client in enumerate(clients)
+    ]
 
 
 def finite_mean(mean: torch.Tensor, client: Client) -> torch.Tensor:

@@ -99,7 +99,7 @@ class OneShotSharing(Strategy):
     def phases(self) -> list[Phase]:
         every = self._everyone_first
         return [
-            Phase("share", lambda r: Message(), self.share_step, self.collect, every),
+            Phase("share", lambda r: Message(), self.share_step, self.collect, every, trains=False),
             Phase(
                 "distribute",
                 self.broadcast_pool,
@@ -107,8 +107,15 @@ class OneShotSharing(Strategy):
                 self.delivered,
                 every,
                 keep=True,
+                trains=False,
             ),
-            Phase("train", self.broadcast, self.client_update, self.aggregate),
+            Phase(
+                "train",
+                self.broadcast,
+                self.client_update,
+                self.aggregate,
+                batched_step=self.batched_step(),
+            ),
         ]
 
     def collect(self, updates: Iterable[Update], round_idx: int) -> None:

@@ -51,6 +51,9 @@ class Phase:
     batched_step: Callable[[list[Client], Message], list[Update]] | None = None
     """The same client step for several clients at once (`train.batched`,
     `fedshare.engine.batched`); None = this phase's clients always run one after another."""
+    trains: bool = True
+    """The client step trains a model. A phase that does not (a one-shot upload, feature
+    statistics) runs serially under `train.batched` without the engine's warning."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,27 @@ class Strategy:
 
     # ------------------------------------------------------------------ protocol
     def phases(self) -> list[Phase]:
-        return [Phase("train", self.broadcast, self.client_update, self.aggregate)]
+        return [
+            Phase(
+                "train",
+                self.broadcast,
+                self.client_update,
+                self.aggregate,
+                batched_step=self.batched_step(),
+            )
+        ]
+
+    def batched_step(self) -> Callable[[list[Client], Message], list[Update]] | None:
+        """`batched_update` (several clients at once, `train.batched`) when the class that
+        defines `client_update` also defines it: a subclass with another client step runs
+        serially until it writes its batched form. None when there is none."""
+        owners = [
+            next((k for k in type(self).__mro__ if attr in vars(k)), None)
+            for attr in ("client_update", "batched_update")
+        ]
+        if owners[1] is None or owners[0] is not owners[1]:
+            return None
+        return self.batched_update  # type: ignore[attr-defined]
 
     def broadcast(self, round_idx: int) -> Message:
         return Message(weights=self.flat.flatten(self.model))

@@ -64,6 +64,7 @@ class CCVR(FedAvg):
             self.feature_step,
             self.calibrate,
             participants=self.after_training,
+            trains=False,
         )
         return [*super().phases(), calibrate]
 

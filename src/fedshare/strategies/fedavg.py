@@ -5,37 +5,24 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedshare.engine.batched import StackedGradHook, StackedLoss, StackedRun
+from fedshare.engine.batched import StackedGradHook, StackedLoss
 from fedshare.engine.client import Client
 from fedshare.strategies._local import (
     GradHook,
     LossFn,
     cross_entropy_loss,
-    finite_mean,
     train_local,
+    train_stacked,
 )
-from fedshare.strategies.base import Message, Phase, Strategy, Update, register_strategy
-
-
-def _owner(cls: type, attr: str) -> type:
-    return next(k for k in cls.__mro__ if attr in vars(k))
+from fedshare.strategies.base import Message, Strategy, Update, register_strategy
 
 
 @register_strategy("fedavg")
 @dataclass
 class FedAvg(Strategy):
-    """θ ← Σ_k (n_k / Σ_j n_j) · θ_k over the round's participants."""
-
-    def phases(self) -> list[Phase]:
-        """One training phase; batched (`train.batched`) when the class that defines
-        `client_update` also defines `batched_update` (a subclass with another client step
-        runs serially until it writes its batched form)."""
-        cls = type(self)
-        batched = _owner(cls, "client_update") is _owner(cls, "batched_update")
-        step = self.batched_update if batched else None
-        return [
-            Phase("train", self.broadcast, self.client_update, self.aggregate, batched_step=step)
-        ]
+    """θ ← Σ_k (n_k / Σ_j n_j) · θ_k over the round's participants. Batched (`train.batched`)
+    through `batched_update`, and so is every heir that keeps its client step or changes only
+    `local_loss`."""
 
     def local_loss(self, model: nn.Module, message: Message) -> LossFn:
         """The loss of local training, `(model, x, y) -> loss` (cross-entropy): a variant that
@@ -61,17 +48,8 @@ class FedAvg(Strategy):
         client_inputs: torch.Tensor | None = None,
     ) -> list[Update]:
         """`trained_update` for several clients, each from `model`'s current weights; row i
-        of `client_inputs` is client i's fourth argument of `loss_fn`."""
-        run = StackedRun(clients, model, loss_fn, grad_hook, client_inputs)
-        losses = run.run()
-        updates = []
-        for i, client in enumerate(clients):
-            weights = self.flat.flatten(run.load_client(i))
-            loss = finite_mean(losses[i], client)
-            updates.append(
-                Update(client.id, client.num_samples, weights=weights, metrics={"train_loss": loss})
-            )
-        return updates
+        of `client_inputs` is client i's last argument of `loss_fn`."""
+        return train_stacked(self.flat, clients, model, loss_fn, grad_hook, client_inputs)
 
     def trained_update(
         self,

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from fedshare.engine.client import Client
-from fedshare.strategies._local import train_local
+from fedshare.engine.client import Client, Samples
+from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._sharing import OneShotSharing, check_fraction, fixed_subset
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 
@@ -65,12 +65,21 @@ class FedData(OneShotSharing):
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
-        pool = self.received_pool(client)
-        extra = (pool["samples"], pool["labels"]) if "samples" in pool else None
-        loss = train_local(client, model, extra=extra)
+        loss = train_local(client, model, extra=self._extra(client))
         return Update(
             client.id,
             client.num_samples,
             weights=self.flat.flatten(model),
             metrics={"train_loss": loss},
         )
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """`client_update` for several clients (`train.batched`): each steps through its own
+        data joined with the pool it holds."""
+        model = self.load_weights(clients[0].model, message.weights)
+        streams = [client.batches(extra=self._extra(client)) for client in clients]
+        return train_stacked(self.flat, clients, model, streams=streams)
+
+    def _extra(self, client: Client) -> Samples | None:
+        pool = self.received_pool(client)
+        return (pool["samples"], pool["labels"]) if "samples" in pool else None

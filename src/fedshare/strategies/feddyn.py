@@ -32,7 +32,6 @@ from fedshare.strategies._local import cross_entropy_loss, finite_mean, train_lo
 from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import (
     Message,
-    Phase,
     SetupContext,
     Update,
     register_strategy,
@@ -55,17 +54,6 @@ class FedDyn(ParamVectorStrategy):
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
         self.h = torch.zeros(self.pv.numel, device=ctx.device)
-
-    def phases(self) -> list[Phase]:
-        return [
-            Phase(
-                "train",
-                self.broadcast,
-                self.client_update,
-                self.aggregate,
-                batched_step=self.batched_update,
-            )
-        ]
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)

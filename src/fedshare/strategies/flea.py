@@ -193,7 +193,8 @@ class FLea(Strategy):
         train = Phase("train", self.broadcast, self.client_update, self.aggregate)
         if not self.share_features:
             return [train]
-        return [train, Phase("share", self.broadcast_model, self.extract, self.collect)]
+        share = Phase("share", self.broadcast_model, self.extract, self.collect, trains=False)
+        return [train, share]
 
     # ------------------------------------------------------------------ helpers
     def positions(self, seed: int, client_id: int, n: int) -> torch.Tensor:

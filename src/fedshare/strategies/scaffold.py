@@ -34,7 +34,6 @@ from fedshare.strategies._local import cross_entropy_loss, finite_mean, train_lo
 from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import (
     Message,
-    Phase,
     SetupContext,
     Update,
     register_strategy,
@@ -68,17 +67,6 @@ class Scaffold(ParamVectorStrategy):
 
     def broadcast(self, round_idx: int) -> Message:
         return Message(weights=self.flat.flatten(self.model), payload={"c": self.c})
-
-    def phases(self) -> list[Phase]:
-        return [
-            Phase(
-                "train",
-                self.broadcast,
-                self.client_update,
-                self.aggregate,
-                batched_step=self.batched_update,
-            )
-        ]
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
