@@ -178,13 +178,16 @@ def test_feddecorr_batched_step_follows_its_serial_step(fed):
         ("scaffold", {}),
         ("scaffold", {"clip_norm": 0.5, "scale_c_by_fraction": False}),
         ("feddyn", {"alpha": 0.1}),
+        ("moon", {"mu": 1.0}),
+        ("moon", {"mu": 1.0, "projection_dim": 8}),
     ],
-    ids=["scaffold", "scaffold-clipped", "feddyn"],
+    ids=["scaffold", "scaffold-clipped", "feddyn", "moon", "moon-projection"],
 )
-def test_strategies_with_per_client_gradient_terms_run_batched(fed, strategy, params):
+def test_strategies_with_per_client_state_run_batched(fed, strategy, params):
     """SCAFFOLD (each row clipped on its own norm, corrected by its own c − c_i, K counted per
-    client) and FedDyn (each row's own ∇L_k): equal to the serial run over two rounds, so the
-    second round starts from the states the first left; and the term acts (not FedAvg)."""
+    client), FedDyn (each row's own ∇L_k) and MOON (each client's previous model gives its
+    negatives): equal to the serial run over two rounds, so the second round starts from the
+    states the first left; and the term acts (not FedAvg)."""
     train = {**SGD, "momentum": 0.0}
     serial = run(fed, strategy, "cnn_small", train, 0, **params)
     with warnings.catch_warnings():
@@ -215,9 +218,9 @@ def test_clip_rows_is_torchs_clip_per_row():
 
 
 def test_a_strategy_without_a_batched_step_says_so_and_runs_serially(fed):
-    with pytest.warns(UserWarning, match="moon's 'train' step is not plain local training"):
-        batched = run(fed, "moon", "cnn_small", SGD, 5)
-    assert_same_run(batched, run(fed, "moon", "cnn_small", SGD, 0))
+    with pytest.warns(UserWarning, match="rebafl's 'train' step is not plain local training"):
+        batched = run(fed, "rebafl", "cnn_small", SGD, 5)
+    assert_same_run(batched, run(fed, "rebafl", "cnn_small", SGD, 0))
 
 
 def test_a_negative_chunk_is_refused(fed):

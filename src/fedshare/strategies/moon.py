@@ -23,7 +23,7 @@ rebafl.md §5 uses μ = 1, τ = 0.5; fedaa.md §5: μ = 5 for CIFAR-10, 1 for CI
 """
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
+from fedshare.engine.training import bf16_autocast
 from fedshare.errors import FedshareError
 from fedshare.models.base import require_body
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies.base import ClientSetup, Message, SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
@@ -118,18 +120,49 @@ class MOON(FedAvg):
         net = self.load_weights(self.net, message.weights)  # the worker and its projection
         glob = self.load_weights(self._global_net, message.weights)
         prev = self.load_weights(self._prev_net, client.state.get("prev", message.weights))
+        loss = train_local(client, net, self._loss, batches=self._batches(client, glob, prev))
+        return self._upload(client, self.flat.flatten(net), loss)
 
-        def loss_fn(_: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            logits, z = net(x)
-            with torch.no_grad():
-                z_glob = glob(x)[1]
-                z_prev = prev(x)[1]
-            return F.cross_entropy(logits, y) + self.mu * contrastive_loss(
-                z, z_glob, z_prev, self.tau
-            )
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """`client_update` for several clients (`train.batched`): each client's stream adds
+        z_glob and z_prev of its batch (frozen models, no gradient), computed per client
+        outside the vectorised step; the stacked worker with its projection trains on them."""
+        glob = self.load_weights(self._global_net, message.weights)
+        prevs = [
+            self.load_weights(copy.deepcopy(self._prev_net), c.state.get("prev", message.weights))
+            for c in clients
+        ]
+        streams = [self._batches(c, glob, p) for c, p in zip(clients, prevs, strict=True)]
+        net = self.load_weights(self.net, message.weights)
+        updates = train_stacked(self.flat, clients, net, self._loss, streams=streams)
+        return [
+            self._upload(c, u.weights, u.metrics["train_loss"])
+            for c, u in zip(clients, updates, strict=True)
+        ]
 
-        loss = train_local(client, net, loss_fn=loss_fn)
-        weights = self.flat.flatten(net)
+    @staticmethod
+    def _batches(client: Client, glob: MoonNet, prev: MoonNet) -> Iterator[Batch]:
+        """(x, y, z_glob, z_prev) per local batch; the frozen models run as the serial loss
+        ran them (no gradient, under `train.amp`'s autocast)."""
+        for x, y in client.batches():
+            with torch.no_grad(), bf16_autocast(client.amp_device):
+                z_glob, z_prev = glob(x)[1], prev(x)[1]
+            yield x, y, z_glob, z_prev  # outside the no-grad context, which would leak
+
+    def _loss(
+        self,
+        net: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        z_glob: torch.Tensor,
+        z_prev: torch.Tensor,
+    ) -> torch.Tensor:
+        logits, z = net(x)
+        return F.cross_entropy(logits, y) + self.mu * contrastive_loss(z, z_glob, z_prev, self.tau)
+
+    @staticmethod
+    def _upload(client: Client, weights: torch.Tensor, loss: torch.Tensor) -> Update:
+        """The trained weights go up and stay with the client as its next z_prev model."""
         client.state["prev"] = weights.clone()
         return Update(client.id, client.num_samples, weights=weights, metrics={"train_loss": loss})
 
