@@ -72,6 +72,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     data = load_dataset({"name": "mnist", "train_subset": 10_000, "test_subset": 1000})
     fed = federate(data, "iid", num_clients=100, seed=0)
+    # the first optimizer of a process imports torch._dynamo (about a second, once): pay it
+    # before timing, for both loops
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).step()
     engine_s, bare_s, engine_cpu, bare_cpu = [], [], [], []
     for _ in range(args.repeats):
         model = init_model("cnn_small", fed, seed=0)
