@@ -180,14 +180,26 @@ def test_feddecorr_batched_step_follows_its_serial_step(fed):
         ("feddyn", {"alpha": 0.1}),
         ("moon", {"mu": 1.0}),
         ("moon", {"mu": 1.0, "projection_dim": 8}),
+        ("rebafl", {"mu": 0.5, "eps": 0.1}),
+        ("rebafl", {"mu": 0.5, "eps": 0.0, "refresh_own_prototypes": False, "lam": 0.5}),
     ],
-    ids=["scaffold", "scaffold-clipped", "feddyn", "moon", "moon-projection"],
+    ids=[
+        "scaffold",
+        "scaffold-clipped",
+        "feddyn",
+        "moon",
+        "moon-projection",
+        "rebafl",
+        "rebafl-bsm",
+    ],
 )
 def test_strategies_with_per_client_state_run_batched(fed, strategy, params):
     """SCAFFOLD (each row clipped on its own norm, corrected by its own c − c_i, K counted per
-    client), FedDyn (each row's own ∇L_k) and MOON (each client's previous model gives its
-    negatives): equal to the serial run over two rounds, so the second round starts from the
-    states the first left; and the term acts (not FedAvg)."""
+    client), FedDyn (each row's own ∇L_k), MOON (each client's previous model gives its
+    negatives) and ReBaFL (each client's prior, prototypes and augmentation weight, from the
+    second round on with the prototypes the first uploaded): equal to the serial run over two
+    rounds, so the second round starts from the states the first left; and the term acts (not
+    FedAvg)."""
     train = {**SGD, "momentum": 0.0}
     serial = run(fed, strategy, "cnn_small", train, 0, **params)
     with warnings.catch_warnings():
@@ -218,9 +230,9 @@ def test_clip_rows_is_torchs_clip_per_row():
 
 
 def test_a_strategy_without_a_batched_step_says_so_and_runs_serially(fed):
-    with pytest.warns(UserWarning, match="rebafl's 'train' step is not plain local training"):
-        batched = run(fed, "rebafl", "cnn_small", SGD, 5)
-    assert_same_run(batched, run(fed, "rebafl", "cnn_small", SGD, 0))
+    with pytest.warns(UserWarning, match="fedbr's 'train' step is not plain local training"):
+        batched = run(fed, "fedbr", "cnn_small", SGD, 5)
+    assert_same_run(batched, run(fed, "fedbr", "cnn_small", SGD, 0))
 
 
 def test_a_negative_chunk_is_refused(fed):

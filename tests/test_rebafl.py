@@ -2,6 +2,7 @@
 §5), and the reduced FMNIST comparison with FedAvg."""
 
 import math
+from functools import partial
 
 import numpy as np
 import pytest
@@ -189,8 +190,11 @@ def test_augmentation_loss_trains_only_the_classifier():
     x, y = fed.dataset.train_batch(torch.arange(40))
     log_prior = cal.log_relaxed_prior(cal.class_counts(y, C), 0.01)
     P = torch.randn(C, model.head.in_features)
-    full = strategy._loss_fn(log_prior, 0.01, P, torch.ones(C, dtype=torch.bool))
-    main = strategy._plain_loss(log_prior)
+    mask = torch.ones(C, dtype=torch.bool)
+    full = partial(
+        strategy._local_loss, 0.01, log_prior=log_prior, prototypes=P, mask=mask, weight=0.5
+    )
+    main = partial(strategy._plain_loss, log_prior=log_prior)
 
     def grads(loss_fn):
         model.zero_grad()

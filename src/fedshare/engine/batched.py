@@ -12,8 +12,9 @@ client would take alone:
 * BatchNorm statistics are stacked per client and updated in place by the vmapped forward;
 * the optimizer (`StackedOptimizer`) keeps per-client momentum / Adam moments and step counts;
 * `train.amp` runs the stacked losses under bf16 autocast, as serial training does;
-* a loss may take one tensor per client (`client_inputs`, e.g. its class counts), so a strategy
-  whose local loss depends on the client (FedLC, FedRS, BSM-FedAvg) steps batched too;
+* a loss may take tensors of its own per client (`client_inputs`, e.g. its class counts), so a
+  strategy whose local loss depends on the client (FedLC, FedRS, BSM-FedAvg, ReBaFL) steps
+  batched too;
 * a gradient hook sees the stepping rows' parameters, gradients and row indices and returns
   the gradients the optimizer takes (FedProx's proximal term, SCAFFOLD's per-client clipping
   and correction, FedDyn's per-client linear term), as a serial `grad_hook` does;
@@ -39,8 +40,8 @@ from fedshare.engine.client import Client
 from fedshare.engine.training import bf16_autocast
 
 StackedLoss = Callable[..., torch.Tensor]
-"""`loss(model, *batch)`, e.g. `loss(model, x, y)`, or `loss(model, *batch, inputs)` with the
-client's row of `client_inputs`."""
+"""`loss(model, *batch)`, e.g. `loss(model, x, y)`, or `loss(model, *batch, *inputs)` with the
+client's rows of `client_inputs`."""
 Batch = tuple[torch.Tensor, ...]
 """One client's batch: `Samples` (x, y), or whatever its stream yields (FedMix's mixed batch)."""
 Rows = torch.Tensor | slice
@@ -139,15 +140,18 @@ class StackedRun:
         model: nn.Module,
         loss_fn: StackedLoss,
         grad_hook: StackedGradHook | None = None,
-        client_inputs: torch.Tensor | None = None,
+        client_inputs: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
         streams: list[Iterator[Batch]] | None = None,
     ) -> None:
-        """`client_inputs`: row i is passed to client i's loss after its batch. `streams`:
+        """`client_inputs`: a tensor or a tuple of tensors whose row i is passed to client i's
+        loss after its batch. `streams`:
         each client's batches (tuples of tensors, the loss's arguments after the model);
         default `client.batches()`."""
         self.clients = clients
         self.streams = streams
-        self.inputs = () if client_inputs is None else (client_inputs,)
+        if client_inputs is None:
+            client_inputs = ()
+        self.inputs = client_inputs if isinstance(client_inputs, tuple) else (client_inputs,)
         self.model = model
         self.grad_hook = grad_hook
         count = len(clients)

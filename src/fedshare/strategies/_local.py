@@ -49,7 +49,7 @@ def train_stacked(
     model: nn.Module,
     loss_fn: StackedLoss = cross_entropy_loss,
     grad_hook: StackedGradHook | None = None,
-    client_inputs: torch.Tensor | None = None,
+    client_inputs: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
     streams: list[Iterator[Batch]] | None = None,
 ) -> list[Update]:
     """`train_local` for several clients at once (`fedshare.engine.batched.StackedRun`), each

@@ -20,6 +20,7 @@ With μ = 0 nothing but the weights is exchanged (the R-BSM-only ablation).
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -32,7 +33,7 @@ from fedshare.functional import prototypes as protos
 from fedshare.functional.calibration import check_eps, log_relaxed_prior
 from fedshare.models.base import require_body
 from fedshare.strategies._calibrated import client_class_counts
-from fedshare.strategies._local import LossFn, train_local
+from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies.base import (
     ClientSetup,
     Message,
@@ -95,57 +96,110 @@ class ReBaFL(Strategy):
     # ------------------------------------------------------------------ client
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
+        plan = self._plan(client, model, message)
+        if plan.augment:
+            loss_fn = partial(
+                self._local_loss,
+                plan.eps,
+                log_prior=plan.log_prior,
+                prototypes=plan.prototypes,
+                mask=plan.mask,
+                weight=self.mu,
+            )
+        else:
+            loss_fn = partial(self._plain_loss, log_prior=plan.log_prior)
+        loss = train_local(client, model, loss_fn)
+        return self._upload(client, model, plan, self.flat.flatten(model), loss)
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """`client_update` for several clients (`train.batched`): each client's prior,
+        prototypes, mask and augmentation weight (μ, or 0 where the serial step would train
+        without augmentation) are its rows of `client_inputs`. Clients with different ε
+        (`client_eps`) in one chunk run serially."""
+        if len({self.client_eps_of(c.id) for c in clients}) > 1:
+            return [self.client_update(c, message) for c in clients]
+        model = self.load_weights(clients[0].model, message.weights)
+        plans = [self._plan(c, model, message) for c in clients]
+        inputs = (
+            torch.stack([p.log_prior for p in plans]),
+            torch.stack([p.prototypes for p in plans]),
+            torch.stack([p.mask for p in plans]),
+            torch.tensor([self.mu if p.augment else 0.0 for p in plans], device=clients[0].device),
+        )
+        loss_fn = partial(self._local_loss, plans[0].eps)
+        updates = train_stacked(self.flat, clients, model, loss_fn, client_inputs=inputs)
+        return [
+            self._upload(
+                c, self.load_weights(model, u.weights), p, u.weights, u.metrics["train_loss"]
+            )
+            for c, p, u in zip(clients, plans, updates, strict=True)
+        ]
+
+    def _plan(self, client: Client, model: nn.Module, message: Message) -> "_LocalPlan":
+        """The client's prior (Eq. 10) and, when it augments, the prototypes it transfers
+        features to, its own classes refreshed under the received model (Eq. 18)."""
         counts = client_class_counts(client).to(client.device)
         eps = self.client_eps_of(client.id)
-        log_prior = log_relaxed_prior(counts, eps)
         shares = self.mu > 0 and int((counts > 0).sum()) >= self.min_classes_for_aug
-        loss_fn = self._plain_loss(log_prior)
-        augment = False
-        if shares:
+        P, _, mask = protos.unpack(message.payload, self.num_classes, self.dim, client.device)
+        augment = shares and bool(mask.any())  # no prototypes yet in round 0
+        if augment and self.refresh_own_prototypes:  # Eq. 18
             x_all, y_all = client.data()
-            P, _, mask = protos.unpack(message.payload, self.num_classes, self.dim, client.device)
-            augment = bool(mask.any())  # no prototypes yet in round 0
-            if augment and self.refresh_own_prototypes:  # Eq. 18
-                own, own_counts = protos.feature_prototypes(model, x_all, y_all, self.num_classes)
-                P = torch.where((own_counts > 0).unsqueeze(1), own, P)
-                mask = mask | (own_counts > 0)
-            if augment:
-                loss_fn = self._loss_fn(log_prior, eps, P, mask)
-        loss = train_local(client, model, loss_fn)
+            own, own_counts = protos.feature_prototypes(model, x_all, y_all, self.num_classes)
+            P = torch.where((own_counts > 0).unsqueeze(1), own, P)
+            mask = mask | (own_counts > 0)
+        return _LocalPlan(log_relaxed_prior(counts, eps), eps, shares, augment, P, mask)
+
+    def _upload(
+        self,
+        client: Client,
+        model: nn.Module,
+        plan: "_LocalPlan",
+        weights: torch.Tensor,
+        loss: torch.Tensor,
+    ) -> Update:
+        """The trained weights and, from a sharing client, the class means of its features
+        under the trained model with their counts (Eq. 21)."""
         payload: dict[str, torch.Tensor] = {}
-        if shares:  # Eq. 21, with the trained local model
+        if plan.shares:
+            x_all, y_all = client.data()
             local, local_counts = protos.feature_prototypes(model, x_all, y_all, self.num_classes)
             payload = protos.pack(local, local_counts)
         return Update(
             client.id,
             client.num_samples,
-            weights=self.flat.flatten(model),
+            weights=weights,
             payload=payload,
-            metrics={"train_loss": loss, "augmented": float(augment)},
+            metrics={"train_loss": loss, "augmented": float(plan.augment)},
         )
 
     @staticmethod
-    def _plain_loss(log_prior: torch.Tensor) -> LossFn:
-        def loss_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(model(x) + log_prior, y)
+    def _plain_loss(
+        model: nn.Module, x: torch.Tensor, y: torch.Tensor, log_prior: torch.Tensor
+    ) -> torch.Tensor:
+        """R-BSM(z, y): the local loss without augmentation."""
+        return F.cross_entropy(model(x) + log_prior, y)
 
-        return loss_fn
-
-    def _loss_fn(
-        self, log_prior: torch.Tensor, eps: float, P: torch.Tensor, mask: torch.Tensor
-    ) -> LossFn:
-        """L = R-BSM(z, y) + μ·R-BSM_aug(φ(h̃), ỹ) with h̃ detached (§2.4 steps 1–6)."""
-        num_classes, mu, lam = self.num_classes, self.mu, self.lam
-
-        def loss_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            h = model.features(x)
-            main = F.cross_entropy(model.head(h) + log_prior, y)
-            h_aug, y_aug = protos.transfer_features(h.detach(), y, P, mask, lam)
-            aug_counts = torch.bincount(y_aug, minlength=num_classes).float()
-            aug_prior = log_relaxed_prior(aug_counts, eps)
-            return main + mu * F.cross_entropy(model.head(h_aug) + aug_prior, y_aug)
-
-        return loss_fn
+    def _local_loss(
+        self,
+        eps: float,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        log_prior: torch.Tensor,
+        prototypes: torch.Tensor,
+        mask: torch.Tensor,
+        weight: torch.Tensor | float,
+    ) -> torch.Tensor:
+        """L = R-BSM(z, y) + weight·R-BSM_aug(φ(h̃), ỹ) with h̃ detached (§2.4 steps 1–6);
+        fixed shapes, so it also runs under `vmap`."""
+        h = model.features(x)
+        main = F.cross_entropy(model.head(h) + log_prior, y)
+        h_aug, y_aug = protos.transfer_features(h.detach(), y, prototypes, mask, self.lam)
+        classes = torch.arange(self.num_classes, device=y_aug.device)
+        aug_counts = (y_aug.unsqueeze(1) == classes).sum(0).float()
+        aug_prior = log_relaxed_prior(aug_counts, eps)
+        return main + weight * F.cross_entropy(model.head(h_aug) + aug_prior, y_aug)
 
     # ------------------------------------------------------------------ server
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
@@ -180,3 +234,15 @@ class ReBaFL(Strategy):
         super().load_state_dict(state)
         self.prototypes = state["prototypes"].to(self.device)
         self.proto_mask = state["proto_mask"].to(self.device)
+
+
+@dataclass(frozen=True)
+class _LocalPlan:
+    """What a client's local step uses besides its batches (`ReBaFL._plan`)."""
+
+    log_prior: torch.Tensor
+    eps: float
+    shares: bool
+    augment: bool
+    prototypes: torch.Tensor
+    mask: torch.Tensor
