@@ -17,8 +17,8 @@ client would take alone:
   batched too;
 * a gradient hook sees the stepping rows' parameters, gradients and row indices and returns
   the gradients the optimizer takes (FedProx's proximal term, SCAFFOLD's per-client clipping
-  and correction, FedDyn's per-client linear term), as a serial `grad_hook` does;
-* `steps` counts each client's optimizer steps (SCAFFOLD's K).
+  and correction, FedDyn's per-client linear term), as a serial `grad_hook` does (it runs once
+  per step, so it can also count each client's steps: SCAFFOLD's K).
 
 Equal to serial training up to floating-point rounding for models without dropout (tested for
 FedAvg and FedProx on cnn_small, lenet_fmnist and a BatchNorm CNN); with dropout each client
@@ -183,7 +183,7 @@ class StackedRun:
         )
         device = self.clients[0].device
         totals = torch.zeros(len(self.clients), device=device)
-        self.steps = counts = torch.zeros(len(self.clients), device=device)
+        counts = torch.zeros(len(self.clients), device=device)
         while True:
             batches = {}
             for i, stream in enumerate(streams):

@@ -109,13 +109,7 @@ class OneShotSharing(Strategy):
                 keep=True,
                 trains=False,
             ),
-            Phase(
-                "train",
-                self.broadcast,
-                self.client_update,
-                self.aggregate,
-                batched_step=self.batched_step(),
-            ),
+            self.train_phase(),
         ]
 
     def collect(self, updates: Iterable[Update], round_idx: int) -> None:

@@ -101,15 +101,18 @@ class Strategy:
 
     # ------------------------------------------------------------------ protocol
     def phases(self) -> list[Phase]:
-        return [
-            Phase(
-                "train",
-                self.broadcast,
-                self.client_update,
-                self.aggregate,
-                batched_step=self.batched_step(),
-            )
-        ]
+        return [self.train_phase()]
+
+    def train_phase(self) -> Phase:
+        """The local-training phase: `broadcast`, `client_update` (batched through
+        `batched_update` where the class has one), `aggregate`."""
+        return Phase(
+            "train",
+            self.broadcast,
+            self.client_update,
+            self.aggregate,
+            batched_step=self.batched_step(),
+        )
 
     def batched_step(self) -> Callable[[list[Client], Message], list[Update]] | None:
         """`batched_update` (several clients at once, `train.batched`) when the class that

@@ -25,10 +25,10 @@ import torch
 from torch import nn
 
 from fedshare.engine.aggregation import RunningMean
-from fedshare.engine.batched import Rows, StackedRun
+from fedshare.engine.batched import Rows
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
-from fedshare.strategies._local import cross_entropy_loss, finite_mean, train_local
+from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import (
     Message,
@@ -82,16 +82,10 @@ class FedDyn(ParamVectorStrategy):
                 for n, g in grads.items()
             }
 
-        run = StackedRun(clients, model, cross_entropy_loss, dynamic)
-        losses = run.run()
+        updates = train_stacked(self.flat, clients, model, grad_hook=dynamic)
         return [
-            self._upload(
-                client,
-                anchor,
-                self.flat.flatten(run.load_client(i)),
-                finite_mean(losses[i], client),
-            )
-            for i, client in enumerate(clients)
+            self._upload(client, anchor, u.weights, u.metrics["train_loss"])
+            for client, u in zip(clients, updates, strict=True)
         ]
 
     @staticmethod

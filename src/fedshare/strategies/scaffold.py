@@ -27,10 +27,10 @@ import torch
 from torch import nn
 
 from fedshare.engine.aggregation import RunningMean
-from fedshare.engine.batched import Rows, StackedRun, clip_rows
+from fedshare.engine.batched import Rows, clip_rows
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
-from fedshare.strategies._local import cross_entropy_loss, finite_mean, train_local
+from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import (
     Message,
@@ -91,22 +91,18 @@ class Scaffold(ParamVectorStrategy):
         c = message.payload["c"]
         corrections = self.pv.per_param(c - torch.stack([self._c_i(k, message) for k in clients]))
 
+        steps = torch.zeros(len(clients), dtype=torch.long, device=clients[0].device)
+
         def corrected(params: dict, grads: dict, rows: Rows) -> dict[str, torch.Tensor]:
+            steps[rows] += 1  # on the device: no host sync per step
             if self.clip_norm > 0:
                 grads = clip_rows(grads, self.clip_norm)
             return {n: g + corrections[n][rows] for n, g in grads.items()}
 
-        run = StackedRun(clients, model, cross_entropy_loss, corrected)
-        losses = run.run()
+        updates = train_stacked(self.flat, clients, model, grad_hook=corrected)
         return [
-            self._upload(
-                client,
-                message,
-                self.flat.flatten(run.load_client(i)),
-                int(run.steps[i]),
-                finite_mean(losses[i], client),
-            )
-            for i, client in enumerate(clients)
+            self._upload(client, message, u.weights, int(k), u.metrics["train_loss"])
+            for client, u, k in zip(clients, updates, steps, strict=True)
         ]
 
     @staticmethod
