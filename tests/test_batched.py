@@ -211,6 +211,26 @@ def test_strategies_with_per_client_state_run_batched(fed, strategy, params):
     assert fedavg.history[-1]["train_loss"] != pytest.approx(batched.history[-1]["train_loss"])
 
 
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"kd_input": "mixed", "beta_per_sample": True, "local_ce_weight": 0.5}],
+    ids=["flea", "flea-mixed-kd"],
+)
+def test_flea_runs_batched(fed, params):
+    """FLea: round 0 is the warm-up, round 1 mixes with the shared buffer; each client's buffer
+    batches and Beta draws come from its own streams, dCor is summed per client as an
+    auxiliary output of the vectorised loss. Equal to the serial run, dCor included."""
+    serial = run(fed, "flea", "lenet_fmnist", SGD, 0, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batched = run(fed, "flea", "lenet_fmnist", SGD, 5, **params)
+    assert_same_run(batched, serial, 2e-3)
+    assert batched.history[-1]["train_dcor"] == pytest.approx(
+        serial.history[-1]["train_dcor"], rel=1e-4
+    )
+    assert batched.history[-1]["buffer_size"] > 0  # the second round mixed with the buffer
+
+
 def test_clip_rows_is_torchs_clip_per_row():
     torch.manual_seed(0)
     grads = {"a": torch.randn(3, 4, 5), "b": torch.randn(3, 7)}

@@ -201,8 +201,8 @@ def test_kd_teacher_is_frozen_with_mixed_inputs():
     flea.split, flea.num_classes = 1, 10
     x, y = torch.randn(6, 1, 8, 8), torch.randint(0, 10, (6,))
     f_buf, y_buf = model.encode(torch.randn(6, 1, 8, 8), 1).detach(), torch.randint(0, 10, (6,))
-    rng = np.random.default_rng(0)
-    loss = flea._mixed_loss(model, teacher, y, model.encode(x, 1), f_buf, y_buf, rng)
+    beta = beta_weights(len(y), 2.0, np.random.default_rng(0))  # as _kd_only_loss draws it
+    loss = flea._mixed_loss(model, teacher, y, model.encode(x, 1), f_buf, y_buf, beta)
     got = _grads(model, loss)
     assert all(p.grad is None for p in teacher.parameters())
     frozen = _kd_only_loss(model, teacher, x, y, f_buf, y_buf)

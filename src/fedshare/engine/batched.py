@@ -39,9 +39,10 @@ from fedshare.config import TrainConfig
 from fedshare.engine.client import Client
 from fedshare.engine.training import bf16_autocast
 
-StackedLoss = Callable[..., torch.Tensor]
+StackedLoss = Callable[..., torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
 """`loss(model, *batch)`, e.g. `loss(model, x, y)`, or `loss(model, *batch, *inputs)` with the
-client's rows of `client_inputs`."""
+client's rows of `client_inputs`. It may return `(loss, aux)`: a 1-d tensor of statistics that
+the run sums over each client's steps (`StackedRun.aux`; FLea's dCor)."""
 Batch = tuple[torch.Tensor, ...]
 """One client's batch: `Samples` (x, y), or whatever its stream yields (FedMix's mixed batch)."""
 Rows = torch.Tensor | slice
@@ -184,6 +185,7 @@ class StackedRun:
         device = self.clients[0].device
         totals = torch.zeros(len(self.clients), device=device)
         counts = torch.zeros(len(self.clients), device=device)
+        self.aux: torch.Tensor | None = None
         while True:
             batches = {}
             for i, stream in enumerate(streams):
@@ -224,6 +226,11 @@ class StackedRun:
             inputs = tuple(t[rows] for t in self.inputs)
         with bf16_autocast(self.amp_device):
             losses = self.losses(params, buffers, *batch, *inputs)
+        if isinstance(losses, tuple):
+            losses, aux = losses
+            if self.aux is None:
+                self.aux = torch.zeros(len(self.clients), *aux.shape[1:], device=aux.device)
+            self.aux[rows] += aux.detach().float()
         losses.float().sum().backward()
         with torch.no_grad():
             if not every:

@@ -51,20 +51,21 @@ def train_stacked(
     grad_hook: StackedGradHook | None = None,
     client_inputs: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
     streams: list[Iterator[Batch]] | None = None,
+    aux_metrics: Callable[[torch.Tensor], dict[str, torch.Tensor]] | None = None,
 ) -> list[Update]:
     """`train_local` for several clients at once (`fedshare.engine.batched.StackedRun`), each
-    from `model`'s current weights; every client uploads its trained weights and mean loss."""
+    from `model`'s current weights; every client uploads its trained weights and mean loss,
+    and `aux_metrics` of its summed `(loss, aux)` statistics when the loss returns them."""
     run = StackedRun(clients, model, loss_fn, grad_hook, client_inputs, streams)
     losses = run.run()
-    return [
-        Update(
-            client.id,
-            client.num_samples,
-            weights=flat.flatten(run.load_client(i)),
-            metrics={"train_loss": finite_mean(losses[i], client)},
-        )
-        for i, client in enumerate(clients)
-    ]
+    updates = []
+    for i, client in enumerate(clients):
+        metrics = {"train_loss": finite_mean(losses[i], client)}
+        if aux_metrics is not None and run.aux is not None:
+            metrics.update(aux_metrics(run.aux[i]))
+        weights = flat.flatten(run.load_client(i))
+        updates.append(Update(client.id, client.num_samples, weights=weights, metrics=metrics))
+    return updates
 
 
 def finite_mean(mean: torch.Tensor, client: Client) -> torch.Tensor:

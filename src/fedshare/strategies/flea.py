@@ -38,16 +38,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.engine.batched import Batch, StackedLoss
 from fedshare.engine.client import Client
 from fedshare.engine.rng import numpy_rng
-from fedshare.engine.training import fit, shuffled_positions
+from fedshare.engine.training import shuffled_positions
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.losses import KD_DIRECTIONS, distillation_kl, soft_cross_entropy
 from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
 from fedshare.models.base import require_body
 from fedshare.privacy.dcor import VARIANTS, distance_correlation, mean_distance_correlation
 from fedshare.privacy.exposure import ExposureTracker
-from fedshare.strategies._local import finite_mean
+from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._sharing import check_fraction, fixed_subset
 from fedshare.strategies.base import (
     ClientSetup,
@@ -190,7 +191,7 @@ class FLea(Strategy):
         return split
 
     def phases(self) -> list[Phase]:
-        train = Phase("train", self.broadcast, self.client_update, self.aggregate)
+        train = self.train_phase()
         if not self.share_features:
             return [train]
         share = Phase("share", self.broadcast_model, self.extract, self.collect, trains=False)
@@ -235,49 +236,86 @@ class FLea(Strategy):
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
         teacher = self.load_weights(self.teacher, message.weights).eval()
-        features = message.payload.get("features")
-        labels = message.payload.get("labels")
-        warm = client.round == 0 and self.warmup
-        epochs = client.train.local_epochs * (self.warmup_epoch_multiplier if warm else 1)
-        lam2 = self.dcor_weight_at(client.round)  # the warm-up weight in round 0
-        use_buffer = not warm and features is not None and features.shape[0] > 0
-        buffer_batches: Iterator[torch.Tensor] | None = None
-        if use_buffer:
-            buffer_batches = shuffled_positions(  # endless
-                features.shape[0], client.train.batch_size, client.rng("buffer"), client.device
-            )
-        rng = numpy_rng(client.seed, f"{client.phase}/mixup", client.round, client.id)
-        dcors: list[torch.Tensor] = []
+        step_loss = self._step_loss(client.round, teacher)
+        dcor_sum = torch.zeros((), device=client.device)
+        dcor_count = torch.zeros((), device=client.device)
 
-        def step_loss(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-            x, y = batch
-            f = model.encode(x, self.split)
-            if x.shape[0] > 1:  # dCor needs two samples; a last batch of one gets no term
-                with torch.set_grad_enabled(bool(lam2)):
-                    dcor = distance_correlation(x, f, self.dcor_variant)  # type: ignore[arg-type]
-                dcors.append(dcor.detach())
-            else:
-                dcor = torch.zeros((), device=x.device)
-            if warm:
-                loss = self._warmup_loss(model, teacher, x, y, f)
-            elif buffer_batches is None:
-                loss = F.cross_entropy(model.decode(f, self.split), y)
-            else:
-                take = next(buffer_batches)
-                loss = self._mixed_loss(model, teacher, y, f, features[take], labels[take], rng)
-            return loss + lam2 * dcor if lam2 else loss
+        def loss_fn(net: nn.Module, *batch: torch.Tensor) -> torch.Tensor:
+            nonlocal dcor_sum, dcor_count
+            loss, (dcor, counted) = step_loss(net, *batch)
+            dcor_sum, dcor_count = dcor_sum + dcor.detach(), dcor_count + counted
+            return loss
 
-        model.train()
-        optimizer = client.make_optimizer(model.parameters())
-        batches = client.batches(epochs=epochs)
-        mean = finite_mean(fit(optimizer, batches, step_loss, None, client.amp_device), client)
-        dcor_mean = sum(dcors, torch.zeros((), device=client.device)) / max(len(dcors), 1)
+        loss = train_local(client, model, loss_fn, batches=self._batches(client, message))
         return Update(
             client.id,
             client.num_samples,
             weights=self.flat.flatten(model),
-            metrics={"train_loss": mean, "train_dcor": dcor_mean},
+            metrics={"train_loss": loss, "train_dcor": dcor_sum / dcor_count.clamp_min(1)},
         )
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """`client_update` for several clients (`train.batched`): the buffer batches and Beta
+        draws come from each client's own streams outside the vectorised step; the local
+        activations, their mix-up, dCor and the frozen teacher's logits run inside it."""
+        model = self.load_weights(clients[0].model, message.weights)
+        teacher = self.load_weights(self.teacher, message.weights).eval()
+        return train_stacked(
+            self.flat,
+            clients,
+            model,
+            self._step_loss(clients[0].round, teacher),
+            streams=[self._batches(client, message) for client in clients],
+            aux_metrics=lambda aux: {"train_dcor": aux[0] / aux[1].clamp_min(1)},
+        )
+
+    def _batches(self, client: Client, message: Message) -> Iterator[Batch]:
+        """The client's local batches (×`warmup_epoch_multiplier` epochs in the warm-up round),
+        each with, when it mixes with the received buffer, the next buffer batch cut to the
+        same length and its Beta weights: (x, y[, f_buf, y_buf, β])."""
+        features = message.payload.get("features")
+        labels = message.payload.get("labels")
+        warm = client.round == 0 and self.warmup
+        epochs = client.train.local_epochs * (self.warmup_epoch_multiplier if warm else 1)
+        if warm or features is None or features.shape[0] == 0:
+            yield from client.batches(epochs=epochs)
+            return
+        takes = shuffled_positions(  # endless
+            features.shape[0], client.train.batch_size, client.rng("buffer"), client.device
+        )
+        rng = numpy_rng(client.seed, f"{client.phase}/mixup", client.round, client.id)
+        for x, y in client.batches(epochs=epochs):
+            take = next(takes)
+            n = min(x.shape[0], take.shape[0])
+            beta = beta_weights(n, self.beta_a, rng, self.beta_per_sample, x.device)
+            yield x, y, features[take[:n]], labels[take[:n]], beta
+
+    def _step_loss(self, round_idx: int, teacher: nn.Module) -> StackedLoss:
+        """The loss of one local step, (net, *batch) -> (loss, (dCor, counted)): the warm-up
+        loss, plain CE, or the mix-up loss for a batch with buffer activations; plus λ2·dCor of
+        the batch's inputs and activations (Eq. 5; a batch of one sample has none). Fixed
+        shapes, so it also runs under `vmap`."""
+        warm = round_idx == 0 and self.warmup
+        lam2 = self.dcor_weight_at(round_idx)  # the warm-up weight in round 0
+
+        def step_loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *buffer: torch.Tensor):
+            f = net.encode(x, self.split)
+            counted = x.shape[0] > 1
+            if counted:
+                with torch.set_grad_enabled(bool(lam2)):
+                    dcor = distance_correlation(x, f, self.dcor_variant)  # type: ignore[arg-type]
+            else:
+                dcor = torch.zeros((), device=x.device)
+            if warm:
+                loss = self._warmup_loss(net, teacher, x, y, f)
+            elif not buffer:
+                loss = F.cross_entropy(net.decode(f, self.split), y)
+            else:
+                loss = self._mixed_loss(net, teacher, y, f, *buffer)
+            loss = loss + lam2 * dcor if lam2 else loss
+            return loss, torch.stack([dcor.detach(), torch.tensor(float(counted), device=x.device)])
+
+        return step_loss
 
     def _warmup_loss(
         self,
@@ -305,12 +343,11 @@ class FLea(Strategy):
         f: torch.Tensor,
         f_buf: torch.Tensor,
         y_buf: torch.Tensor,
-        rng: Any,
+        beta: torch.Tensor,
     ) -> torch.Tensor:
-        """Eq. 2 mix-up of local and buffer activations; soft-label CE, local CE and KD."""
-        n = min(f.shape[0], f_buf.shape[0])
-        f_buf, y_buf = f_buf[:n], y_buf[:n]
-        beta = beta_weights(n, self.beta_a, rng, self.beta_per_sample, f.device)
+        """Eq. 2 mix-up of local and buffer activations (the buffer batch already cut to n =
+        min of the two lengths, with its Beta weights); soft-label CE, local CE and KD."""
+        n = f_buf.shape[0]
         f_mix = mix_pair(f[:n], f_buf, beta)
         y_mix = mix_labels(y[:n], y_buf, beta, self.num_classes)
         z_mix = model.decode(f_mix, self.split)
