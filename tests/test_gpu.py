@@ -63,7 +63,14 @@ def synchronisations(strategy: str, epochs: int, **train: object) -> int:
 
 
 @pytest.mark.parametrize(
-    ("strategy", "train"), [("fedavg", {}), ("fedprox", {}), ("fedavg", {"batched": 4})]
+    ("strategy", "train"),
+    [
+        ("fedavg", {}),
+        ("fedprox", {}),
+        ("fedavg", {"batched": 4}),
+        ("scaffold", {"batched": 4, "momentum": 0.0}),
+        ("flea", {"batched": 4}),
+    ],
 )
 def test_no_synchronisation_per_training_step(strategy: str, train: dict) -> None:
     """Four times the local steps, the same synchronisations: none of them is per step."""

@@ -313,7 +313,8 @@ class FLea(Strategy):
             else:
                 loss = self._mixed_loss(net, teacher, y, f, *buffer)
             loss = loss + lam2 * dcor if lam2 else loss
-            return loss, torch.stack([dcor.detach(), torch.tensor(float(counted), device=x.device)])
+            weight = torch.ones_like if counted else torch.zeros_like  # no host-to-device copy
+            return loss, torch.stack([dcor.detach(), weight(dcor.detach())])
 
         return step_loss
 

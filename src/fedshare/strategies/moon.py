@@ -106,12 +106,14 @@ class MOON(FedAvg):
 
     def client_setup(self, ctx: ClientSetup) -> None:
         """The worker with its own projection head, and scratch copies for the global and the
-        previous model (their weights come from the message and `client.state`)."""
+        previous models (their weights come from the message and `client.state`): one previous
+        model per client that trains at once (`train.batched`), made here, not per round."""
         super().client_setup(ctx)
         self.net = self._net(ctx.model, ctx.device)
         self.flat = FlatState(self.net)
         frozen = copy.deepcopy(self.net).requires_grad_(False).eval()
-        self._global_net, self._prev_net = frozen, copy.deepcopy(frozen)
+        self._global_net = frozen
+        self._prev_nets = [copy.deepcopy(frozen) for _ in range(max(1, ctx.train.batched))]
 
     def broadcast(self, round_idx: int) -> Message:
         return Message(weights=self.flat.flatten(self.net))
@@ -119,7 +121,7 @@ class MOON(FedAvg):
     def client_update(self, client: Client, message: Message) -> Update:
         net = self.load_weights(self.net, message.weights)  # the worker and its projection
         glob = self.load_weights(self._global_net, message.weights)
-        prev = self.load_weights(self._prev_net, client.state.get("prev", message.weights))
+        prev = self.load_weights(self._prev_nets[0], client.state.get("prev", message.weights))
         loss = train_local(client, net, self._loss, batches=self._batches(client, glob, prev))
         return self._upload(client, self.flat.flatten(net), loss)
 
@@ -129,8 +131,8 @@ class MOON(FedAvg):
         outside the vectorised step; the stacked worker with its projection trains on them."""
         glob = self.load_weights(self._global_net, message.weights)
         prevs = [
-            self.load_weights(copy.deepcopy(self._prev_net), c.state.get("prev", message.weights))
-            for c in clients
+            self.load_weights(net, c.state.get("prev", message.weights))
+            for c, net in zip(clients, self._prev_nets, strict=False)  # one per chunk position
         ]
         streams = [self._batches(c, glob, p) for c, p in zip(clients, prevs, strict=True)]
         net = self.load_weights(self.net, message.weights)
