@@ -21,7 +21,8 @@ client would take alone:
   per step, so it can also count each client's steps: SCAFFOLD's K).
 
 Equal to serial training up to floating-point rounding for models without dropout (tested for
-FedAvg and FedProx on cnn_small, lenet_fmnist and a BatchNorm CNN); with dropout each client
+FedAvg and FedProx on cnn_small, lenet_fmnist and a BatchNorm CNN, and for every strategy with
+a batched step, `tests/test_batched.py`); with dropout each client
 draws its own masks, but not from the serial run's stream. Integer buffers (BatchNorm's
 `num_batches_tracked`) stay unstacked. Whether it pays depends on the device: on a GPU one
 vmapped step replaces many tiny kernels; on a CPU the arithmetic is the same and the grouped
@@ -145,9 +146,8 @@ class StackedRun:
         streams: list[Iterator[Batch]] | None = None,
     ) -> None:
         """`client_inputs`: a tensor or a tuple of tensors whose row i is passed to client i's
-        loss after its batch. `streams`:
-        each client's batches (tuples of tensors, the loss's arguments after the model);
-        default `client.batches()`."""
+        loss after its batch. `streams`: each client's batches (tuples of tensors, the loss's
+        arguments after the model); default `client.batches()`."""
         self.clients = clients
         self.streams = streams
         if client_inputs is None:
