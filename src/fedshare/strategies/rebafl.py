@@ -143,12 +143,12 @@ class ReBaFL(Strategy):
         shares = self.mu > 0 and int((counts > 0).sum()) >= self.min_classes_for_aug
         P, _, mask = protos.unpack(message.payload, self.num_classes, self.dim, client.device)
         augment = shares and bool(mask.any())  # no prototypes yet in round 0
+        data = client.data() if shares else None  # gathered once, for Eq. 18 and Eq. 21
         if augment and self.refresh_own_prototypes:  # Eq. 18
-            x_all, y_all = client.data()
-            own, own_counts = protos.feature_prototypes(model, x_all, y_all, self.num_classes)
+            own, own_counts = protos.feature_prototypes(model, *data, self.num_classes)
             P = torch.where((own_counts > 0).unsqueeze(1), own, P)
             mask = mask | (own_counts > 0)
-        return _LocalPlan(log_relaxed_prior(counts, eps), eps, shares, augment, P, mask)
+        return _LocalPlan(log_relaxed_prior(counts, eps), eps, augment, P, mask, data)
 
     def _upload(
         self,
@@ -161,9 +161,8 @@ class ReBaFL(Strategy):
         """The trained weights and, from a sharing client, the class means of its features
         under the trained model with their counts (Eq. 21)."""
         payload: dict[str, torch.Tensor] = {}
-        if plan.shares:
-            x_all, y_all = client.data()
-            local, local_counts = protos.feature_prototypes(model, x_all, y_all, self.num_classes)
+        if plan.data is not None:  # a sharing client
+            local, local_counts = protos.feature_prototypes(model, *plan.data, self.num_classes)
             payload = protos.pack(local, local_counts)
         return Update(
             client.id,
@@ -242,7 +241,8 @@ class _LocalPlan:
 
     log_prior: torch.Tensor
     eps: float
-    shares: bool
     augment: bool
     prototypes: torch.Tensor
     mask: torch.Tensor
+    data: tuple[torch.Tensor, torch.Tensor] | None
+    """The client's own samples when it shares prototypes (≥ `min_classes_for_aug` classes)."""
