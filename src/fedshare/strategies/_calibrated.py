@@ -13,6 +13,7 @@ from torch import nn
 
 from fedshare.engine.client import Client
 from fedshare.functional.calibration import class_counts
+from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import Message, Update
 from fedshare.strategies.fedavg import FedAvg
 
@@ -44,4 +45,4 @@ class CalibratedFedAvg(FedAvg):
         """`client_update` for several clients at once: each client's counts are its row."""
         model = self.load_weights(clients[0].model, message.weights)
         counts = torch.stack([client_class_counts(c) for c in clients])
-        return self.trained_updates(clients, model, self.calibrated_loss, client_inputs=counts)
+        return train_stacked(self.flat, clients, model, self.calibrated_loss, client_inputs=counts)

@@ -2,10 +2,8 @@
 
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
-from fedshare.engine.batched import StackedGradHook, StackedLoss
 from fedshare.engine.client import Client
 from fedshare.strategies._local import (
     GradHook,
@@ -37,19 +35,7 @@ class FedAvg(Strategy):
     def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
         """`client_update` for several clients at once (`fedshare.engine.batched`)."""
         model = self.load_weights(clients[0].model, message.weights)
-        return self.trained_updates(clients, model, self.local_loss(model, message))
-
-    def trained_updates(
-        self,
-        clients: list[Client],
-        model: nn.Module,
-        loss_fn: StackedLoss = cross_entropy_loss,
-        grad_hook: StackedGradHook | None = None,
-        client_inputs: torch.Tensor | None = None,
-    ) -> list[Update]:
-        """`trained_update` for several clients, each from `model`'s current weights; row i
-        of `client_inputs` is client i's last argument of `loss_fn`."""
-        return train_stacked(self.flat, clients, model, loss_fn, grad_hook, client_inputs)
+        return train_stacked(self.flat, clients, model, self.local_loss(model, message))
 
     def trained_update(
         self,

@@ -13,6 +13,7 @@ from torch import nn
 from fedshare.engine.batched import Rows
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
+from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import Message, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
@@ -83,4 +84,4 @@ class FedProx(FedAvg):
             prox = proximal_grads(drift, self.mu, self.norm, per_row=True)
             return {n: grads[n] + g for n, g in zip(anchor, prox, strict=True)}
 
-        return self.trained_updates(clients, model, grad_hook=proximal)
+        return train_stacked(self.flat, clients, model, grad_hook=proximal)
