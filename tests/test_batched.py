@@ -147,6 +147,19 @@ def test_strategies_with_their_own_local_loss_run_batched(fed, strategy, params)
     assert fedavg.history[-1]["train_loss"] != pytest.approx(batched.history[-1]["train_loss"])
 
 
+def test_fedbabu_runs_batched_with_its_head_frozen(fed):
+    """FedBABU stacks only the body: equal to the serial run, and the head stays initial (up
+    to the rounding of averaging equal heads)."""
+    serial = run(fed, "fedbabu", "cnn_small", SGD, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batched = run(fed, "fedbabu", "cnn_small", SGD, 5)
+    assert_same_run(batched, serial, 2e-3)
+    initial = init_model("cnn_small", fed, 0, {}).head.state_dict()
+    for name, value in batched.strategy.model.head.state_dict().items():
+        torch.testing.assert_close(value, initial[name], rtol=0, atol=1e-6, msg=name)
+
+
 def test_feddecorr_batched_step_follows_its_serial_step(fed):
     """FedDecorr batched, checked one local epoch at a time: it divides each feature by
     sqrt(var + 1e-8), so a dead ReLU feature multiplies rounding by up to 1e4 and whole runs

@@ -4,11 +4,15 @@ the server averages the bodies. The global model is evaluated as is (no fine-tun
 ReBaFL's tables; FedBABU's personalised fine-tuning is not part of this baseline.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+from torch import nn
 
 from fedshare.engine.client import Client
 from fedshare.models.base import require_body
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
@@ -25,15 +29,22 @@ class FedBABU(FedAvg):
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
-        head = model.head
-        head.requires_grad_(False)
-        try:  # frozen parameters get no gradient, so SGD (and its weight decay) skips them
-            loss = train_local(client, model)
-        finally:
-            head.requires_grad_(True)
-        return Update(
-            client.id,
-            client.num_samples,
-            weights=self.flat.flatten(model),
-            metrics={"train_loss": loss},
-        )
+        with frozen(model.head):  # frozen parameters get no gradient, so SGD skips them
+            return self.trained_update(client, model)
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """The same step for several clients at once: only the body's parameters are stacked
+        (`StackedRun` stacks the trainable ones), the head stays the broadcast one."""
+        model = self.load_weights(clients[0].model, message.weights)
+        with frozen(model.head):
+            return train_stacked(self.flat, clients, model)
+
+
+@contextmanager
+def frozen(module: nn.Module) -> Iterator[None]:
+    """`module`'s parameters without gradient for the duration of the block."""
+    module.requires_grad_(False)
+    try:
+        yield
+    finally:
+        module.requires_grad_(True)
