@@ -160,6 +160,38 @@ def test_fedbabu_runs_batched_with_its_head_frozen(fed):
         torch.testing.assert_close(value, initial[name], rtol=0, atol=1e-6, msg=name)
 
 
+def test_fedbn_rows_start_from_each_clients_own_bn(fed):
+    """FedBN batched: each row starts from its client's own BN state (`starts`), so three
+    rounds (clients return with the BN they kept) equal the serial run: the global model,
+    and the personal models built from the BN states the clients keep; and the BN is local
+    (not FedAvg's run)."""
+
+    def fedbn(strategy: str, batched: int):
+        net = init_model("cnn_small", fed, 0, {"batchnorm": True})
+        return simulate(
+            make_strategy(strategy, {}),
+            fed,
+            net,
+            rounds=3,
+            train={**SGD, "batched": batched},
+            clients={"per_round": 5},
+            eval={"every": 1, "personal": True},
+            memory_format="contiguous",
+        )
+
+    serial = fedbn("fedbn", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batched = fedbn("fedbn", 5)
+    assert_same_run(batched, serial, 2e-3)
+    for a, b in zip(batched.history, serial.history, strict=True):
+        assert a["personal_accuracy"] == pytest.approx(b["personal_accuracy"], abs=1.5)
+    fedavg = fedbn("fedavg", 5)
+    assert [r["personal_accuracy"] for r in fedavg.history] != pytest.approx(
+        [r["personal_accuracy"] for r in batched.history], abs=1.5
+    )
+
+
 def test_feddecorr_batched_step_follows_its_serial_step(fed):
     """FedDecorr batched, checked one local epoch at a time: it divides each feature by
     sqrt(var + 1e-8), so a dead ReLU feature multiplies rounding by up to 1e4 and whole runs

@@ -245,6 +245,17 @@ class StackedRun:
         return losses.detach().float()
 
     @torch.no_grad()
+    def start_row(self, i: int, model: nn.Module) -> None:
+        """Start client `i` from `model`'s weights and BN statistics instead of the shared
+        model's (clients that keep part of the model themselves, e.g. FedBN)."""
+        named = dict(model.named_parameters())
+        for n, p in self.params.items():
+            p[i] = named[n]
+        buffers = dict(model.named_buffers())
+        for n, b in self.buffers.items():
+            b[i] = buffers[n]
+
+    @torch.no_grad()
     def load_client(self, i: int) -> nn.Module:
         """Copy client `i`'s trained parameters and BN statistics into the model; return it."""
         named = dict(self.model.named_parameters())

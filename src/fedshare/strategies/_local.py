@@ -1,6 +1,6 @@
 """Local training on a client's batches (`fedshare.engine.training` drives the steps)."""
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -52,11 +52,15 @@ def train_stacked(
     client_inputs: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
     streams: list[Iterator[Batch]] | None = None,
     aux_metrics: Callable[[torch.Tensor], dict[str, torch.Tensor]] | None = None,
+    starts: Sequence[torch.Tensor] | None = None,
 ) -> list[Update]:
     """`train_local` for several clients at once (`fedshare.engine.batched.StackedRun`), each
-    from `model`'s current weights; every client uploads its trained weights and mean loss,
-    and `aux_metrics` of its summed `(loss, aux)` statistics when the loss returns them."""
+    from `model`'s current weights, or from its own flat state in `starts`; every client
+    uploads its trained weights and mean loss, and `aux_metrics` of its summed `(loss, aux)`
+    statistics when the loss returns them."""
     run = StackedRun(clients, model, loss_fn, grad_hook, client_inputs, streams)
+    for i, start in enumerate(starts or ()):
+        run.start_row(i, flat.load_(model, start))
     losses = run.run()
     updates = []
     for i, client in enumerate(clients):

@@ -28,7 +28,7 @@ from torch import nn
 
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import (
     ClientSetup,
     Message,
@@ -92,21 +92,27 @@ class FedBN(FedAvg):
         return full
 
     def client_update(self, client: Client, message: Message) -> Update:
-        bn = client.state.get("bn", self.initial_bn)
-        model = self.load_weights(client.model, self.compose(message.weights, bn))
-        loss = train_local(client, model)
-        flat = self.flat.flatten(model)
-        audit = {}
+        model = self.load_weights(client.model, self.start(client, message))
+        return self.keep_bn(client, self.trained_update(client, model))
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """The same step for several clients at once, each row starting from its own BN."""
+        starts = [self.start(client, message) for client in clients]
+        updates = train_stacked(self.flat, clients, clients[0].model, starts=starts)
+        return [self.keep_bn(c, u) for c, u in zip(clients, updates, strict=True)]
+
+    def start(self, client: Client, message: Message) -> torch.Tensor:
+        """The received non-BN weights with the client's own BN state."""
+        return self.compose(message.weights, client.state.get("bn", self.initial_bn))
+
+    def keep_bn(self, client: Client, update: Update) -> Update:
+        """Keep the trained BN state on the client; upload only the non-BN entries."""
+        flat = update.weights
         if self.has_bn:
             client.state["bn"] = flat[self.bn_mask].clone()
-            audit["bn"] = client.state["bn"]  # for the evaluated global model only
-        return Update(
-            client.id,
-            client.num_samples,
-            weights=flat[self.shared_mask],
-            metrics={"train_loss": loss},
-            audit=audit,
-        )
+            update.audit["bn"] = client.state["bn"]  # for the evaluated global model only
+        update.weights = flat[self.shared_mask]
+        return update
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
         bn_mean = RunningMean()
