@@ -1,21 +1,29 @@
-"""Turn the FLea authors' UCI-HAR training log into `fedshare/paper/logs/<name>.json`.
+"""The FLea authors' UCI-HAR training log: store it as numbers, and compare runs with it.
 
 The authors' repository (github.com/XTxiatong/FLea) ships one real training log,
 `models/logs/FLea_HAR_K150_Dir0.1.log` (flea.md spec, header and §8 item 20): FLea on UCI-HAR,
 K = 150, Dir(0.1), seed 0. It prints the partition (per client: class fractions and size) and
-the global test accuracy after every round (round 0 is the warm-up). This script keeps those
-facts as numbers, so runs can be compared with the authors' own run:
+the global test accuracy after every round (round 0 is the warm-up). `extract` keeps those
+facts in `fedshare/paper/logs/<name>.json`; `compare` prints the curve statistics of fedshare
+runs beside the log's (warm-up round left out everywhere) and plots the curves:
 
     git -C <FLea clone> show HEAD:models/logs/FLea_HAR_K150_Dir0.1.log > flea_har.log
-    python scripts/flea_official_log.py flea_har.log --commit <FLea commit> \
+    python scripts/flea_official_log.py extract flea_har.log --commit <FLea commit> \
         --out src/fedshare/paper/logs/flea_har_k150_dir0.1.json
+    python scripts/flea_official_log.py compare runs/dir0.1_flea_s0 runs/dir0.1_fedavg_s* \
+        --plot docs/img/flea_har_dir01_official.png
 """
 
 import argparse
 import json
 import re
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from fedshare.paper.logs import curve_stats, load_log
+from fedshare.results.plots import plot_comparison
+from fedshare.results.rundir import read_metrics
 
 CLIENT_ROW = re.compile(r"^Client\s+(\d+),([\d.,]+)$")
 ACCURACY = re.compile(r"^Global Model Acc on global data: ([\d.]+) length of data: (\d+)")
@@ -39,12 +47,7 @@ def parse(text: str) -> dict[str, Any]:
     return {"class_counts": class_counts, "accuracy": accuracy, "test_size": test_size}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("log", type=Path)
-    parser.add_argument("--commit", required=True, help="the FLea repository commit read")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+def extract(args: argparse.Namespace) -> None:
     parsed = parse(args.log.read_text())
     record = {
         "source": "github.com/XTxiatong/FLea models/logs/FLea_HAR_K150_Dir0.1.log",
@@ -59,6 +62,50 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=None, separators=(",", ":")) + "\n")
     print(f"{len(parsed['class_counts'])} clients, {len(parsed['accuracy'])} rounds -> {args.out}")
+
+
+def compare(args: argparse.Namespace) -> None:
+    log = load_log(args.log)
+    rows = [(f"authors' log ({log.method}, seed 0)", log.accuracy[1:])]
+    by_strategy: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    seeds: dict[str, list[int]] = defaultdict(list)
+    for run in args.runs:
+        summary = json.loads((run / "summary.json").read_text())
+        history = read_metrics(run / "metrics.jsonl")[1:]
+        accuracy = [r["accuracy"] for r in history]
+        rows.append((f"{run.name} ({summary['strategy']}, seed {summary['seed']})", accuracy))
+        by_strategy[summary["strategy"]] += [(r["round"], r["accuracy"]) for r in history]
+        seeds[summary["strategy"]].append(summary["seed"])
+    curves = {rows[0][0]: list(enumerate(log.accuracy[1:], start=2))}
+    for strategy, points in by_strategy.items():
+        listed = ", ".join(map(str, sorted(seeds[strategy])))
+        curves[f"fedshare {strategy} (seeds {listed}; mean ± std)"] = points
+    keys = list(curve_stats(rows[0][1], args.settled_from))
+    print(f"{'run':<44}" + "".join(f"{k:>14}" for k in keys))
+    for name, accuracy in rows:
+        stats = curve_stats(accuracy, args.settled_from)
+        print(f"{name:<44}" + "".join(f"{stats[k]:>14.2f}" for k in keys))
+    if args.plot:
+        plot_comparison(curves, args.plot, title=f"{log.run}: authors' log vs fedshare runs")
+        print(f"plot -> {args.plot}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    ex = commands.add_parser("extract", help="parse the authors' log into a JSON file")
+    ex.add_argument("log", type=Path)
+    ex.add_argument("--commit", required=True, help="the FLea repository commit read")
+    ex.add_argument("--out", type=Path, required=True)
+    ex.set_defaults(func=extract)
+    co = commands.add_parser("compare", help="curve statistics of runs beside the log's")
+    co.add_argument("runs", type=Path, nargs="+", help="run directories of the log's preset")
+    co.add_argument("--log", default="flea_har_k150_dir0.1")
+    co.add_argument("--settled-from", type=int, default=30, help="first round of the settled part")
+    co.add_argument("--plot", type=Path)
+    co.set_defaults(func=compare)
+    args = parser.parse_args()
+    args.func(args)
 
 
 if __name__ == "__main__":
