@@ -227,6 +227,7 @@ def test_feddecorr_batched_step_follows_its_serial_step(fed):
         ("moon", {"mu": 1.0, "projection_dim": 8}),
         ("rebafl", {"mu": 0.5, "eps": 0.1}),
         ("rebafl", {"mu": 0.5, "eps": 0.0, "refresh_own_prototypes": False, "lam": 0.5}),
+        ("dsfl", {"keep": 0.3, "error_feedback": True}),
     ],
     ids=[
         "scaffold",
@@ -236,12 +237,13 @@ def test_feddecorr_batched_step_follows_its_serial_step(fed):
         "moon-projection",
         "rebafl",
         "rebafl-bsm",
+        "dsfl-error-feedback",
     ],
 )
 def test_strategies_with_per_client_state_run_batched(fed, strategy, params):
     """SCAFFOLD (each row clipped on its own norm, corrected by its own c − c_i, K counted per
     client), FedDyn (each row's own ∇L_k), MOON (each client's previous model gives its
-    negatives) and ReBaFL (each client's prior, prototypes and augmentation weight, from the
+    negatives), DSFL (each client's top-K of its own update plus the residual it kept) and ReBaFL (each client's prior, prototypes and augmentation weight, from the
     second round on with the prototypes the first uploaded): equal to the serial run over two
     rounds, so the second round starts from the states the first left; and the term acts (not
     FedAvg)."""

@@ -19,7 +19,7 @@ import torch
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.functional.sparse import pack, top_k_mask, unpack
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import Message, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
@@ -38,16 +38,26 @@ class DSFL(FedAvg):
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
-        loss = train_local(client, model)
-        delta = self.flat.flatten(model) - message.weights
+        return self.sparsify(client, self.trained_update(client, model), message)
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """The same step for several clients at once: batched training, then each client's
+        own top-K of its own update (and residual)."""
+        model = self.load_weights(clients[0].model, message.weights)
+        updates = train_stacked(self.flat, clients, model)
+        return [self.sparsify(c, u, message) for c, u in zip(clients, updates, strict=True)]
+
+    def sparsify(self, client: Client, update: Update, message: Message) -> Update:
+        """Replace the trained weights by the packed top-K of Δ_k (plus the kept residual)."""
+        assert update.weights is not None
+        delta = update.weights - message.weights
         if self.error_feedback:
             delta = delta + client.state.get("residual", torch.zeros_like(delta))
         mask = top_k_mask(delta, math.ceil(self.keep * delta.numel()))
         if self.error_feedback:
             client.state["residual"] = torch.where(mask, 0.0, delta)
-        return Update(
-            client.id, client.num_samples, weights=pack(delta, mask), metrics={"train_loss": loss}
-        )
+        update.weights = pack(delta, mask)
+        return update
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
         theta = self.flat.flatten(self.model)
