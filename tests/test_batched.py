@@ -243,7 +243,8 @@ def test_feddecorr_batched_step_follows_its_serial_step(fed):
 def test_strategies_with_per_client_state_run_batched(fed, strategy, params):
     """SCAFFOLD (each row clipped on its own norm, corrected by its own c − c_i, K counted per
     client), FedDyn (each row's own ∇L_k), MOON (each client's previous model gives its
-    negatives), DSFL (each client's top-K of its own update plus the residual it kept) and ReBaFL (each client's prior, prototypes and augmentation weight, from the
+    negatives), DSFL (each client's top-K of its own update plus the residual it kept) and
+    ReBaFL (each client's prior, prototypes and augmentation weight, from the
     second round on with the prototypes the first uploaded): equal to the serial run over two
     rounds, so the second round starts from the states the first left; and the term acts (not
     FedAvg)."""

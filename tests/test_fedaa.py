@@ -2,6 +2,7 @@
 round checked against the spec's §8 properties, and the bytes it counts."""
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -170,6 +171,36 @@ def test_a_round_logs_its_diagnostics_and_time_split():
             assert record[f"time_{stage}_s"] >= 0
     assert result.summary["shared_items"] == 4
     assert result.summary["shared_item_percent"] == pytest.approx(100 * 4 / 160)
+
+
+def test_both_client_phases_run_batched_as_serially():
+    """`train.batched`: phase A (local training, the label set uploaded) and the second pass
+    (each client's own identifier and weight as its row, the identifiers sent to one client
+    each) step batched, with no serial fallback, and end where the serial run ends."""
+
+    def run(batched: int):
+        data = islands()
+        model = init_model("fedaa_cnn", data, 0, SMALL_CNN)
+        train = {**TRAIN, "batched": batched}
+        return simulate(FedAA(**QUICK), data, model, rounds=2, train=train)
+
+    serial = run(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batched = run(4)
+    for key in ("bytes_up", "bytes_down", "bytes_down_personal"):
+        assert batched.summary[key] == serial.summary[key]
+    for a, b in zip(batched.history, serial.history, strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-3)
+        assert a["second_pass_loss"] == pytest.approx(b["second_pass_loss"], rel=1e-3)
+        assert a["second_pass_loss"] > a["train_loss"] + 0.5  # the identifier term acts
+    for (name, x), (_, y) in zip(
+        batched.strategy.model.state_dict().items(),
+        serial.strategy.model.state_dict().items(),
+        strict=True,
+    ):
+        if x.is_floating_point():
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=2e-3, msg=name)
 
 
 # ------------------------------------------------------------------ Eq. 7 and the ablations

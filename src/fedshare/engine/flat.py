@@ -14,6 +14,7 @@ class FlatState:
         state = model.state_dict()
         self.names = [k for k, v in state.items() if v.is_floating_point()]
         self.sizes = [state[k].numel() for k in self.names]
+        self.shapes = [state[k].shape for k in self.names]
         self.numel = sum(self.sizes)
 
     def tensors(self, model: nn.Module) -> list[torch.Tensor]:
@@ -23,6 +24,14 @@ class FlatState:
     def flatten(self, model: nn.Module) -> torch.Tensor:
         with torch.no_grad():
             return torch.cat([t.reshape(-1) for t in self.tensors(model)])
+
+    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`flat` as named tensors shaped like the state entries (views, no copy): the
+        arguments of `torch.func.functional_call`, so it works under `vmap` too."""
+        chunks = flat.split(self.sizes)
+        return {
+            n: c.view(shape) for n, c, shape in zip(self.names, chunks, self.shapes, strict=True)
+        }
 
     def load_(self, model: nn.Module, flat: torch.Tensor) -> nn.Module:
         """Copy `flat` into `model` in place (no new module, no deepcopy)."""

@@ -220,7 +220,7 @@ class Simulation:
     def _batch_chunk(self, phase: Phase, measure_local: bool) -> int:
         """How many clients of `phase` train together (`train.batched`; 1 = serially)."""
         asked = self.config.train.batched
-        if asked <= 1 or phase.personal is not None or measure_local:
+        if asked <= 1 or measure_local:
             return 1
         if phase.batched_step is None:
             if phase.trains and phase.name not in self._said_serial:

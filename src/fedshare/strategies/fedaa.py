@@ -40,11 +40,13 @@ import copy
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
@@ -55,7 +57,7 @@ from fedshare.errors import FedshareError
 from fedshare.functional.fooling import SOLVERS, Box, fool
 from fedshare.models.base import feature_width, require_body
 from fedshare.strategies._identifier import ClientIdentifier, train_identifier
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import cross_entropy_loss, train_local, train_stacked
 from fedshare.strategies.base import (
     ClientSetup,
     Message,
@@ -167,14 +169,27 @@ class FedAA(FedAvg):
             self.second_pass,
             self.aggregate,
             personal=self.identifier_message if self.identifier else None,
+            batched_step=self.second_pass_batched,
         )
-        return [Phase("train", self.broadcast, self.client_update, self.server_step), second]
+        train = Phase(
+            "train",
+            self.broadcast,
+            self.client_update,
+            self.server_step,
+            batched_step=self.batched_step(),
+        )
+        return [train, second]
 
     # ------------------------------------------------------------------ phase A
     def client_update(self, client: Client, message: Message) -> Update:
         update = self.trained_update(client, self.load_weights(client.model, message.weights))
-        update.payload[LABELS] = torch.unique(client.labels).to(torch.int16)
-        return update
+        return with_label_set(client, update)
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """The same local training for several clients at once, each with its label set."""
+        model = self.load_weights(clients[0].model, message.weights)
+        updates = train_stacked(self.flat, clients, model)
+        return [with_label_set(c, u) for c, u in zip(clients, updates, strict=True)]
 
     def server_step(self, updates: Iterable[Update], round_idx: int) -> None:
         """Phase B: synthesis, fine-tunes, the first aggregation, the identifiers."""
@@ -308,19 +323,10 @@ class FedAA(FedAvg):
     def second_pass(self, client: Client, message: Message) -> Update:
         """E2 epochs of CE + λ·softplus(I_k(F(x))) (Eq. 7); plain CE without an identifier."""
         model = self.load_weights(client.model, message.weights)
-        identifier = None
-        if client.personal is not None and self.adv_loss_weight > 0:
-            identifier = self.identifier_flat.load_(
-                self.client_identifier, client.personal.payload[IDENTIFIER]
-            )
-
-        def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            if identifier is None:
-                return F.cross_entropy(net(x), y)
-            f = net.features(x)
-            adversarial = F.softplus(identifier(f)).mean()
-            return F.cross_entropy(net.head(f), y) + self.adv_loss_weight * adversarial
-
+        identifier = self.identifier_of(client)
+        loss_fn = cross_entropy_loss
+        if identifier is not None:
+            loss_fn = partial(self.adversarial_loss, identifier=identifier, weight=1.0)
         loss = train_local(client, model, loss_fn, epochs=self.second_epochs)
         return Update(
             client.id,
@@ -328,6 +334,50 @@ class FedAA(FedAvg):
             weights=self.flat.flatten(model),
             metrics={"second_pass_loss": loss},
         )
+
+    def second_pass_batched(self, clients: list[Client], message: Message) -> list[Update]:
+        """The second pass for several clients at once: each row's identifier and its weight
+        (1, or 0 for a client without one) are its `client_inputs`."""
+        model = self.load_weights(clients[0].model, message.weights)
+        identifiers = [self.identifier_of(client) for client in clients]
+        streams = [client.batches(epochs=self.second_epochs) for client in clients]
+        if all(i is None for i in identifiers):
+            updates = train_stacked(self.flat, clients, model, streams=streams)
+        else:
+            zeros = torch.zeros(self.identifier_flat.numel, device=message.weights.device)
+            rows = torch.stack([zeros if i is None else i for i in identifiers])
+            weights = torch.tensor([float(i is not None) for i in identifiers], device=rows.device)
+            updates = train_stacked(
+                self.flat,
+                clients,
+                model,
+                self.adversarial_loss,
+                client_inputs=(rows, weights),
+                streams=streams,
+            )
+        for update in updates:
+            update.metrics["second_pass_loss"] = update.metrics.pop("train_loss")
+        return updates
+
+    def identifier_of(self, client: Client) -> torch.Tensor | None:
+        """The flat identifier I_k this client received, or None (none sent, or λ = 0)."""
+        if client.personal is None or self.adv_loss_weight <= 0:
+            return None
+        return client.personal.payload[IDENTIFIER]
+
+    def adversarial_loss(
+        self,
+        net: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        identifier: torch.Tensor,
+        weight: torch.Tensor | float,
+    ) -> torch.Tensor:
+        """Eq. 7: CE + weight·λ·softplus(I_k(F(x))), I_k given as its flat state."""
+        f = net.features(x)
+        logits = functional_call(self.client_identifier, self.identifier_flat.views(identifier), f)
+        adversarial = F.softplus(logits).mean()
+        return F.cross_entropy(net.head(f), y) + weight * self.adv_loss_weight * adversarial
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
         """Phase D: the n_k-weighted mean of the second-pass models; the round's identifiers
@@ -355,6 +405,12 @@ class FedAA(FedAvg):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.shared_items = {(int(c), int(y)) for c, y in state.get("shared_items", [])}
+
+
+def with_label_set(client: Client, update: Update) -> Update:
+    """Add the client's label set (the classes it holds) to its upload."""
+    update.payload[LABELS] = torch.unique(client.labels).to(torch.int16)
+    return update
 
 
 def input_box(dataset: Any, device: torch.device) -> Box | None:
