@@ -129,15 +129,28 @@ def test_batched_clients_honour_amp(fed):
         ("fedmix", {"mean_size": 5}),
         ("fedmix", {"mean_size": 5, "beta_per_sample": True, "local_ce_weight": 0.5}),
         ("feddata", {"share_fraction": 0.1}),
+        # generator_steps=0: the generator stays as initialised, so the client step is compared
+        # alone (server-side Adam on the generator would amplify round 1's rounding)
+        ("fedgen", {"warmup_rounds": 1, "generator_steps": 0}),
     ],
-    ids=["fedlc", "fedrs", "bsm_fedavg", "fedntd", "fedmix", "fedmix-local-ce", "feddata"],
+    ids=[
+        "fedlc",
+        "fedrs",
+        "bsm_fedavg",
+        "fedntd",
+        "fedmix",
+        "fedmix-local-ce",
+        "feddata",
+        "fedgen",
+    ],
 )
 def test_strategies_with_their_own_local_loss_run_batched(fed, strategy, params):
     """Losses calibrated by each client's class counts (FedLC, FedRS, BSM-FedAvg: one row of
     `client_inputs` per client), distillation from the frozen global model (FedNTD), batches
-    mixed with the shared means (FedMix: each client's own stream of mixed batches) and local
-    data joined with the shared pool (FedData): equal to the serial run, and not FedAvg's (the
-    loss or data is applied)."""
+    mixed with the shared means (FedMix: each client's own stream of mixed batches), local
+    data joined with the shared pool (FedData) and samples of the received generator drawn
+    from each client's own stream (FedGen, after its one-round warm-up): equal to the serial
+    run, and not FedAvg's (the loss or data is applied)."""
     serial = run(fed, strategy, "cnn_small", SGD, 0, **params)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # batched, not the serial fallback's warning

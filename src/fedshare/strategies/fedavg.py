@@ -1,9 +1,11 @@
 """FedAvg (McMahan et al., 2017): local SGD, then the sample-count-weighted mean of weights."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from torch import nn
 
+from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
 from fedshare.strategies._local import (
     GradHook,
@@ -43,10 +45,12 @@ class FedAvg(Strategy):
         model: nn.Module,
         loss_fn: LossFn = cross_entropy_loss,
         grad_hook: GradHook | None = None,
+        batches: Iterable[Batch] | None = None,
     ) -> Update:
-        """Train `model` on the client's batches (`train_local`) and upload its weights: the
-        client step of every FedAvg variant that changes only the local loss or gradient."""
-        loss = train_local(client, model, loss_fn, grad_hook)
+        """Train `model` on the client's batches, or on `batches` (`train_local`), and upload
+        its weights: the client step of every FedAvg variant that changes only the local loss,
+        gradient or batches."""
+        loss = train_local(client, model, loss_fn, grad_hook, batches=batches)
         return Update(
             client.id,
             client.num_samples,

@@ -17,7 +17,7 @@ of uniformly drawn labels ŷ, so classes a client lacks still shape its model.
 """
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.errors import FedshareError
+from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import ClientSetup, Message, SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
@@ -153,16 +155,39 @@ class FedGen(FedAvg):
         model = self.load_weights(client.model, message.weights)
         if "generator" not in message.payload:
             return self.trained_update(client, model)
+        batches = self.generated_batches(client, message)
+        return self.trained_update(client, model, self.generated_loss, batches=batches)
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """The same step for several clients at once: each client's stream adds its own draws
+        from the received generator to its batches."""
+        model = self.load_weights(clients[0].model, message.weights)
+        if "generator" not in message.payload:
+            return train_stacked(self.flat, clients, model)
+        streams = [self.generated_batches(client, message) for client in clients]
+        return train_stacked(self.flat, clients, model, self.generated_loss, streams=streams)
+
+    def generated_batches(self, client: Client, message: Message) -> Iterator[Batch]:
+        """(x, y, x_gen, y_gen): each local batch with as many samples of the received
+        generator, drawn from the client's own stream."""
         generator = self.gen_flat.load_(self.generator, message.payload["generator"]).eval()
         draws = client.rng("generator")
-
-        def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        for x, y in client.batches():
             with torch.no_grad():
                 x_gen, y_gen, _ = generator.sample(len(x), draws)
-            loss = F.cross_entropy(net(x), y)
-            return loss + self.gen_weight * F.cross_entropy(net(x_gen), y_gen)
+            yield x, y, x_gen, y_gen
 
-        return self.trained_update(client, model, loss_fn)
+    def generated_loss(
+        self,
+        net: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        x_gen: torch.Tensor,
+        y_gen: torch.Tensor,
+    ) -> torch.Tensor:
+        """CE on the local batch + gen_weight · CE on the generated one."""
+        loss = F.cross_entropy(net(x), y)
+        return loss + self.gen_weight * F.cross_entropy(net(x_gen), y_gen)
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
         super().aggregate(updates, round_idx)
