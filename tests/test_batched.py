@@ -316,6 +316,19 @@ def test_a_strategy_without_a_batched_step_says_so_and_runs_serially(fed):
     assert_same_run(batched, run(fed, "fedbr", "cnn_small", SGD, 0))
 
 
+def test_upload_only_phases_run_serially_without_the_warning(fed):
+    """Where clients only upload and the server trains (Centralized, the XorMixFL family),
+    there is no local training to batch and nothing to warn about."""
+    assert not make_strategy("xormixfl", {}).phases()[0].trains
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batched = run(fed, "centralized", "cnn_small", SGD, 5)
+    serial = run(fed, "centralized", "cnn_small", SGD, 0)
+    for a, b in zip(batched.history, serial.history, strict=True):
+        a.pop("wall_time_s"), b.pop("wall_time_s")
+        assert a == b
+
+
 def test_a_negative_chunk_is_refused(fed):
     with pytest.raises(FedshareError, match=r"train\.batched=-1 must be >= 0"):
         run(fed, "fedavg", "cnn_small", SGD, -1)

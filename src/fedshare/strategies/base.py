@@ -77,6 +77,9 @@ class Strategy:
     name: ClassVar[str] = "strategy"
     one_shot: ClassVar[bool] = False
     """A single communication round: the run's `rounds` defaults to 1 and must be 1."""
+    clients_train: ClassVar[bool] = True
+    """The train phase's client step trains a model (`Phase.trains`); False where clients
+    only upload (data, encodings) and the server trains."""
     train_defaults: ClassVar[Mapping[str, Any]] = {}
     """Training settings of the method's paper (`train.*` keys); they apply to the keys that
     neither the command line nor a preset sets (`fedshare.defaults`)."""
@@ -112,6 +115,7 @@ class Strategy:
             self.client_update,
             self.aggregate,
             batched_step=self.batched_step(),
+            trains=self.clients_train,
         )
 
     def batched_step(self) -> Callable[[list[Client], Message], list[Update]] | None:

@@ -15,7 +15,7 @@ part of the checkpoint, so a resumed run equals an uninterrupted one.
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -38,6 +38,8 @@ def label_dtype(num_classes: int) -> torch.dtype:
 @dataclass
 class Centralized(Strategy):
     """Pool every client's data at the server once, then train there."""
+
+    clients_train: ClassVar[bool] = False
 
     wire_dtype: str = "float16"
     """Precision of floating-point inputs on the wire (float16 | float32 | float64)."""

@@ -26,6 +26,7 @@ class OneShotServer(Strategy):
     """Base: finds the server's data and trains the server model centrally (one-shot)."""
 
     one_shot: ClassVar[bool] = True
+    clients_train: ClassVar[bool] = False
     train_defaults: ClassVar[Mapping[str, Any]] = {
         "optimizer": "adam",
         "lr": 1e-3,
