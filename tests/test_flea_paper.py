@@ -11,6 +11,8 @@ from omegaconf import OmegaConf
 from conftest import data_root_or_skip
 from fedshare.data import federate, load_dataset
 from fedshare.paper.compare import compare, entries, lookup
+from fedshare.paper.logs import curve_stats, load_log
+from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
 from helpers import run_preset
 
@@ -129,3 +131,18 @@ def test_table1_uci_har_best_accuracy(preset, method, tmp_path):
     summary = run_cell(preset, method, tmp_path / "run", "auto")
     result = compare("flea", preset, method, summary["best_accuracy"])
     assert result.ok, f"{result} (data: {summary.get('data_source')})"
+
+
+@pytest.mark.paper
+def test_flea_uci_har_dir01_tracks_the_authors_log(tmp_path):
+    """FLea in the one setting the authors published a log of (UCI-HAR, K = 150, Dir(0.1),
+    seed 0): the mean accuracy over rounds 31–100 (warm-up left out, as in the log) within 5
+    points of the log's. A mean over 70 rounds of this swinging curve is steadier than its
+    best; seed 0 here is not the authors' RNG, so the curves agree in level, not round by
+    round (docs/flea.md: 51.2 against 54.9 on the rebuilt data)."""
+    log = load_log("flea_har_k150_dir0.1")
+    run_cell(log.preset, log.method, tmp_path / "run", "auto")
+    history = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    ours = curve_stats([r["accuracy"] for r in history][1:])
+    theirs = curve_stats(log.accuracy[1:])
+    assert abs(ours["settled_mean"] - theirs["settled_mean"]) <= 5, (ours, theirs)
