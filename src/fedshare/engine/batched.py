@@ -247,7 +247,8 @@ class StackedRun:
     @torch.no_grad()
     def start_row(self, i: int, model: nn.Module) -> None:
         """Start client `i` from `model`'s weights and BN statistics instead of the shared
-        model's (clients that keep part of the model themselves, e.g. FedBN)."""
+        model's (clients that keep part of the model themselves, e.g. FedBN). Only the stacked
+        entries are per row: frozen parameters and integer buffers stay one shared copy."""
         named = dict(model.named_parameters())
         for n, p in self.params.items():
             p[i] = named[n]
