@@ -3,12 +3,21 @@
 Files are loaded with `torch.load(..., weights_only=True)`, which also reads the legacy
 (pre-1.6, non-zip) format through torch's restricted unpickler: only tensors and plain
 containers come back, never arbitrary objects. Nothing is ever downloaded.
+
+A model another codebase pickled whole (`torch.save(model)`, as the FLea authors' repository
+saves its server models) is read by `load_pickled_module_state` without that codebase: its own
+classes come back as empty `nn.Module` stand-ins that keep their submodules, parameters and
+buffers; PyTorch's layers and tensors load as themselves; any other global is refused.
+`positional_rename` then maps its state-dict names onto a fedshare model's, entry by entry.
 """
 
 import hashlib
+import pickle
 import re
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -108,3 +117,64 @@ def load_into(
         ]
         raise FedshareError(f"weights file {path} does not fit the model: {'; '.join(parts)}")
     model.load_state_dict(mapped, strict=True)
+
+
+# Globals a whole pickled PyTorch model needs besides its own classes and torch's layers.
+PLAIN_GLOBALS = {
+    ("collections", "OrderedDict"),
+    ("builtins", "set"),
+    ("__builtin__", "set"),
+}
+
+
+class _ForeignModule(nn.Module):
+    """Stand-in for a class of a codebase that is not installed: only its state is kept."""
+
+
+def _restricted_unpickler(packages: tuple[str, ...]) -> type[pickle.Unpickler]:
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if module.split(".")[0] in packages:
+                return type(name, (_ForeignModule,), {"__module__": module})
+            if (module, name) in PLAIN_GLOBALS or (
+                module == "torch._utils" and name.startswith("_rebuild_")
+            ):
+                return super().find_class(module, name)
+            if module.startswith("torch.nn.modules."):
+                found = super().find_class(module, name)
+                if isinstance(found, type) and issubclass(found, nn.Module):
+                    return found
+            raise pickle.UnpicklingError(
+                f"{module}.{name} is neither a PyTorch layer nor a class of {', '.join(packages)}"
+            )
+
+    return Unpickler
+
+
+def load_pickled_module_state(path: Path, packages: Sequence[str]) -> dict[str, torch.Tensor]:
+    """The state dict of a model pickled whole by a codebase whose top-level packages are
+    `packages` (e.g. ("FLAlgorithms",)), read without that codebase and without running its
+    code."""
+    module = types.SimpleNamespace(
+        Unpickler=_restricted_unpickler(tuple(packages)), load=pickle.load, __name__="pickle"
+    )
+    try:
+        obj = torch.load(path, map_location="cpu", pickle_module=module, weights_only=False)
+    except Exception as err:  # torch and pickle raise several types here
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise FedshareError(f"cannot read {path} as a pickled model: {reason}") from None
+    if not isinstance(obj, nn.Module):
+        raise FedshareError(f"{path} holds a {type(obj).__name__}, not a pickled model")
+    return obj.state_dict()
+
+
+def positional_rename(state: Mapping[str, torch.Tensor], model: nn.Module) -> dict[str, str]:
+    """{name in `state`: name in `model`'s state dict at the same position}, for a model of the
+    same architecture whose layers are named differently (`load_into` checks the shapes)."""
+    own = list(model.state_dict())
+    if len(own) != len(state):
+        raise FedshareError(
+            f"the checkpoint has {len(state)} entries and the model {len(own)}: not the same "
+            "architecture"
+        )
+    return dict(zip(state, own, strict=True))
