@@ -20,6 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from fedshare.data.datasets import load_dataset
 from fedshare.engine.evaluation import evaluate
 from fedshare.models.base import build_model
@@ -35,13 +37,14 @@ TRIPLES = {
 }
 
 
-def evaluate_official_model(path: Path, root: str | None, triple: str) -> dict[str, Any]:
-    """Test accuracy (overall and per class) of the authors' saved HARNet on one sensor triple."""
+def evaluate_official_model(
+    state: dict[str, torch.Tensor], path: Path, root: str | None, triple: str
+) -> dict[str, Any]:
+    """Test accuracy (overall and per class) of the authors' HARNet `state` (read from `path`)
+    on one sensor triple."""
     data = load_dataset({"name": "uci_har", "root": root, "channels": list(TRIPLES[triple])})
     model = build_model("harnet", data.input_shape, data.num_classes)
-    state = load_pickled_module_state(path, AUTHORS_PACKAGES)
-    rename = positional_rename(state, model)
-    load_into(model, state, path, rename=rename.__getitem__)
+    load_into(model, state, path, rename=positional_rename(state, model).__getitem__)
     result = evaluate(model, data, per_class=True)
     return {"channels": triple, "data_source": data.source, **result}
 
@@ -54,7 +57,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     best = max(load_log(LOG).accuracy)
-    rows = [evaluate_official_model(args.model, args.root, triple) for triple in args.channels]
+    state = load_pickled_module_state(args.model, AUTHORS_PACKAGES)
+    rows = [evaluate_official_model(state, args.model, args.root, t) for t in args.channels]
     print(f"the authors' log: best round {best:.2f} % on the official test set")
     for row in rows:
         per_class = " ".join(f"{a:.1f}" for a in row["per_class_accuracy"])
