@@ -14,7 +14,7 @@ from fedshare import simulate
 from fedshare.config import TrainConfig
 from fedshare.engine.resume import changed_keys
 from fedshare.errors import FedshareError
-from fedshare.results.rundir import read_metrics
+from fedshare.results.rundir import read_metrics, summarize
 from fedshare.strategies import FedAvg, FedProx
 from helpers import digits_federation
 from test_cli import FAST, fedshare_run
@@ -85,6 +85,19 @@ def test_python_resume_refuses_any_change_of_what_the_run_computes(tmp_path, cha
     (tmp_path / "r" / "partition.png").unlink()
     simulate(**{**base, "rounds": 3}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
     assert (tmp_path / "r" / "partition.png").exists()
+
+
+def test_summary_statistics_use_the_evaluated_rounds_only():
+    history = [{"round": r, "accuracy": float(r), "loss": 1.0} for r in range(1, 13)]
+    history.insert(3, {"round": 0, "accuracy": None, "loss": None})  # a round without eval
+    summary = summarize(history, seed=3)
+    assert summary["seed"] == 3 and summary["final_accuracy"] == 12.0
+    assert summary["best_accuracy"] == 12.0
+    assert summary["last10_mean_accuracy"] == pytest.approx(7.5)  # rounds 3..12
+    assert summary["last5_mean_accuracy"] == pytest.approx(10.0)  # rounds 8..12
+    short = summarize(history[:2])
+    assert short["last5_mean_accuracy"] == short["last10_mean_accuracy"] == 1.5
+    assert summarize([])["last5_mean_accuracy"] is None
 
 
 def test_changed_keys_ignore_only_the_listed_ones():
