@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import data_root_or_skip
-from fedshare.paper.compare import compare, entries, load_table
+from fedshare.paper.compare import compare, entries, method_overrides
 from fedshare.run import config_dir
 from helpers import run_preset
 
@@ -17,10 +17,6 @@ DATA_FILES = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 CELLS = [(t, e.preset, e.method) for t in TABLES for e in entries(t)]
 SEEDS = (0, 1, 2)
 T_975_2 = 4.302652729911275
-
-
-def overrides(table: str, method: str) -> list[str]:
-    return list(load_table(table)["methods"][method]["overrides"])
 
 
 def test_tables_hold_the_papers_numbers():
@@ -69,8 +65,9 @@ def test_every_preset_composes_with_the_papers_setup():
             if name.startswith("cifar10_"):
                 assert cfg.data.source == "pickle"
         for table, preset, method in CELLS:
-            cfg = compose("config", overrides=[f"experiment={preset}", *overrides(table, method)])
-            assert cfg.strategy.name == overrides(table, method)[0].split("=")[1]
+            extra = method_overrides(table, method)
+            cfg = compose("config", overrides=[f"experiment={preset}", *extra])
+            assert cfg.strategy.name == extra[0].split("=")[1]
 
 
 @pytest.mark.paper
@@ -82,7 +79,7 @@ def test_table_cell_best_accuracy(table, preset, method, tmp_path):
     root = data_root_or_skip(DATA_FILES[dataset])
     best = []
     for seed in SEEDS:
-        cell = [f"experiment={preset}", *overrides(table, method), f"seed={seed}"]
+        cell = [f"experiment={preset}", *method_overrides(table, method), f"seed={seed}"]
         summary = run_preset([*cell, f"data.root={root}"], tmp_path / f"seed{seed}", 48)
         best.append(summary["best_accuracy"])
     result = compare(table, preset, method, sum(best) / len(best))

@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import data_root_or_skip
-from fedshare.paper.compare import compare, entries, load_table
+from fedshare.paper.compare import compare, entries, load_table, method_overrides
 from fedshare.run import config_dir
 from fedshare.strategies import STRATEGIES
 from helpers import run_preset
@@ -21,10 +21,6 @@ PARTITION_SEEDS = (2022, 2023, 2024)
 """Table I's calibration baselines depend on which class pairs the pathological split draws
 (BSM-FedAvg moved 39 -> 57 over three partition seeds while FedAvg moved 2, docs/rebafl.md):
 their cells are judged on the mean over these partition seeds (issue 18, ReBaFL item 1)."""
-
-
-def overrides(table: str, method: str) -> list[str]:
-    return list(load_table(table)["methods"][method]["overrides"])
 
 
 def test_tables_hold_the_papers_numbers():
@@ -75,7 +71,7 @@ def test_every_preset_composes_with_the_papers_setup():
                 assert cfg.partition.name == "clustered" and cfg.clients.num == 20
                 assert list(cfg.clients.availability) == [0.5, 0.5, 0.3, 0.3, 0.2]
                 assert list(cfg.partition.group_classes) == [2, 2, 3, 3, 5]
-        methods = {tuple(overrides(t, m)) for t, _, m in CELLS}
+        methods = {tuple(method_overrides(t, m)) for t, _, m in CELLS}
         for extra in sorted(methods):
             strategy = extra[0].split("=")[1]
             if not (config_dir() / "strategy" / f"{strategy}.yaml").exists():
@@ -88,7 +84,7 @@ def test_every_preset_composes_with_the_papers_setup():
 @pytest.mark.parametrize(("table", "preset", "method"), CELLS)
 def test_table_cell_last10_mean_accuracy(table, preset, method, tmp_path):
     """One seed of a table cell: mean accuracy of the last 10 rounds within ±3 points (§7.12)."""
-    extra = overrides(table, method)
+    extra = method_overrides(table, method)
     strategy = extra[0].split("=")[1]
     if strategy not in STRATEGIES.names():
         pytest.skip(f"strategy {strategy!r} is not implemented here")

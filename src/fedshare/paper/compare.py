@@ -3,11 +3,14 @@
 A table lives in `fedshare/paper/tables/<paper>.json`: a header (paper, table, metric, ...)
 and `entries`, each `{"preset": "<experiment preset>", "method": "<strategy>", "mean", "std"}`
 (accuracies in percent, like `summary.json`; optionally `ci95`, a printed interval's
-half-width). `compare` applies the project's tolerance for paper-scale regression tests:
-max(k·std, floor) points.
+half-width), and optionally `methods`: method → `{"overrides": [...], "note": ...}`, the
+command-line overrides that run it (`null` for a method the library does not run; a method not
+listed runs as `strategy=<method>`). `compare` applies the project's tolerance for paper-scale
+regression tests: max(k·std, floor) points.
 """
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -69,6 +72,24 @@ def load_table(paper: str) -> dict[str, Any]:
 
 def entries(paper: str) -> list[PaperEntry]:
     return [PaperEntry(paper, **e) for e in load_table(paper)["entries"]]
+
+
+def overrides_in(table: Mapping[str, Any], method: str) -> tuple[str, ...] | None:
+    """The overrides that run `method` of the raw `table`; None for a method the library does not
+    run."""
+    specs = table.get("methods")
+    spec = specs.get(method) if isinstance(specs, Mapping) else None
+    if isinstance(spec, Mapping) and "overrides" in spec:
+        return tuple(spec["overrides"]) if spec["overrides"] else None
+    return (f"strategy={method}",)
+
+
+def method_overrides(paper: str, method: str) -> list[str]:
+    """The command-line overrides that run `method` as `paper`'s table ran it."""
+    found = overrides_in(load_table(paper), method)
+    if found is None:
+        raise FedshareError(f"paper {paper!r} lists method {method!r}, which fedshare does not run")
+    return list(found)
 
 
 def lookup(paper: str, preset: str, method: str) -> PaperEntry:

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from fedshare.errors import FedshareError
-from fedshare.paper.compare import PaperEntry, available_tables, entries, load_table
+from fedshare.paper.compare import (
+    PaperEntry,
+    available_tables,
+    entries,
+    load_table,
+    overrides_in,
+)
 from fedshare.results.grouping import ABSENT, Group, listed, run_value
 from fedshare.results.runs import read_json
 from fedshare.results.stats import finite
@@ -86,14 +92,10 @@ def load_paper(table: str, column: str | None = None) -> PaperTable:
             f"{listed(presets, 20)}"
         )
     methods: dict[str, tuple[str, ...]] = {}
-    specs = raw.get("methods") if isinstance(raw.get("methods"), Mapping) else {}
     for method in dict.fromkeys(e.method for e in rows):
-        spec = specs.get(method)
-        if isinstance(spec, Mapping) and "overrides" in spec:
-            if spec["overrides"]:  # None: a method the library does not run
-                methods[method] = tuple(spec["overrides"])
-        else:
-            methods[method] = (f"strategy={method}",)
+        found = overrides_in(raw, method)
+        if found is not None:
+            methods[method] = found
     chosen = tuple(e for e in rows if e.preset in columns)
     return PaperTable(name, str(raw.get("metric", "")), tuple(columns), chosen, methods)
 

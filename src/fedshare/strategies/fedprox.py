@@ -1,9 +1,10 @@
 """FedProx (Li et al., 2020): FedAvg with a proximal term mu/2·||w − w_g||² in the local loss.
 
 `norm: plain` is the form of FLea's code (flea.md §5 and §7 item 24): (mu/2)·Σ_tensors
-‖w_t − w_g,t‖₂, a non-squared L2 norm per parameter tensor, summed over tensors. Its image and
-audio scripts pass mu = 0.001; its UCI-HAR script passes `--beta 1`, which the code reads as mu,
-so mu = 1 there. The default `squared` is the paper's term.
+‖w_t − w_g,t‖₂, a non-squared L2 norm per parameter tensor, summed over tensors. The code reads
+mu from `--beta`: its CIFAR-10 script passes 0.001, its UCI-HAR script 1, and its UrbanSound8K
+script leaves main.py's default, 1 (the `fedprox` and `fedprox_mu1` rows of
+`fedshare/paper/tables/flea.json`). The default `squared` is the paper's term.
 """
 
 from dataclasses import dataclass
