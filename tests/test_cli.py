@@ -65,8 +65,11 @@ def test_experiment_preset_by_name(tmp_path):
         (["strategy=nosuch"], "unknown strategy 'nosuch'; valid choices: "),
         (["rounds=abc"], "rounds='abc' is not valid"),
         (["nosuchkey=1"], "unknown key 'nosuchkey'; valid keys: "),
-        (["train.lrr=0.1"], "unknown key 'train.lrr'; valid keys of train: "),
-        (["-m", "strategy=fedavg,fedprx"], "unknown strategy 'fedprx'; valid choices: "),
+        (["train.lrr=0.1"], "unknown key 'train.lrr' (did you mean 'lr'?); valid keys of train: "),
+        (
+            ["-m", "strategy=fedavg,fedprx"],
+            "unknown strategy 'fedprx' (did you mean 'fedprox'?); valid choices: ",
+        ),
         (["-m", "train.lr=0.1,abc"], "train.lr='abc' is not valid"),
         (["+strategy.mux=1"], "strategy 'fedavg' has no parameter 'mux'"),
         (["strategy=fedprox", "strategy.mu=-1"], "mu=-1"),

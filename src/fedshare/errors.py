@@ -1,5 +1,8 @@
 """User-facing errors: one clear sentence, no stack trace at the command line."""
 
+import difflib
+from collections.abc import Iterable
+
 
 class FedshareError(Exception):
     """A mistake in the user's input (config, data, arguments), explained in one sentence."""
@@ -9,6 +12,34 @@ class NonFiniteLossError(FedshareError):
     """Training produced a NaN or infinite loss; the run stops and keeps what it wrote."""
 
 
+def did_you_mean(value: object, valid: Iterable[str]) -> str:
+    """ " (did you mean 'x'?)" for the closest valid name, or "" when none is close."""
+    close = difflib.get_close_matches(str(value), list(valid), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def choices_message(kind: str, value: object, valid: list[str]) -> str:
     """The standard sentence for an unknown choice, listing the valid ones."""
-    return f"unknown {kind} {value!r}; valid choices: {', '.join(sorted(valid))}"
+    return (
+        f"unknown {kind} {value!r}{did_you_mean(value, valid)}; valid choices: "
+        f"{', '.join(sorted(valid))}"
+    )
+
+
+def unknown_key_message(key: str, valid: Iterable[str], where: str = "") -> str:
+    """The standard sentence for an unknown config key, listing the valid ones."""
+    names = sorted(valid)
+    last = key.rsplit(".", 1)[-1]
+    return (
+        f"unknown key {key!r}{did_you_mean(last, names)}; valid keys{where}: "
+        f"{', '.join(names) or 'none'}"
+    )
+
+
+def error_sentence(err: BaseException) -> str:
+    """What went wrong, in one line: a user error's sentence, else the exception's type and
+    first line (for `summary.json`'s `error` of a failed run)."""
+    first = (str(err).strip().splitlines() or [""])[0]
+    if isinstance(err, FedshareError):
+        return first
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fedshare.config import RunConfig
-from fedshare.errors import FedshareError, choices_message
+from fedshare.errors import FedshareError, choices_message, unknown_key_message
 
 GROUPS = ("strategy", "data", "partition", "model", "experiment")
 
@@ -45,6 +45,11 @@ def check_overrides(argv: Iterable[str], config_root: Path) -> None:
             continue
         for value in values_of(override):
             if key in GROUPS:
+                if value is None and key != "experiment":
+                    raise FedshareError(
+                        f"{key}=null is not valid: choose a {key} by name; valid choices: "
+                        f"{', '.join(group_options(config_root, key))}"
+                    )
                 if value is None or (config_root / key / f"{value}.yaml").exists():
                     continue
                 raise FedshareError(choices_message(key, value, group_options(config_root, key)))
@@ -65,8 +70,6 @@ def check_typed_key(schema: Any, key: str, value: Any) -> None:
         keys = list(node.keys()) if OmegaConf.is_dict(node) else []
         if key.rsplit(".", 1)[-1] not in keys:
             where = f" of {parent}" if parent else ""
-            raise FedshareError(
-                f"unknown key {key!r}; valid keys{where}: {', '.join(sorted(keys))}"
-            ) from None
+            raise FedshareError(unknown_key_message(key, keys, where)) from None
         reason = str(err).splitlines()[0]
         raise FedshareError(f"{key}={value!r} is not valid: {reason}") from None

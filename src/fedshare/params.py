@@ -4,10 +4,10 @@ import dataclasses
 import inspect
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from fedshare.errors import FedshareError
+from fedshare.errors import FedshareError, did_you_mean
 
 _SCALARS = (bool, int, float, str)
 
@@ -32,12 +32,14 @@ def accepted_params(target: Callable[..., Any], skip: int = 0) -> dict[str, insp
     }
 
 
-def _type_ok(value: Any, annotation: Any) -> bool:
+def type_ok(value: Any, annotation: Any) -> bool:
+    """Whether `value` has the type `annotation` declares (ints pass for floats, bools never
+    for numbers; a list's items are not looked at)."""
     if annotation is Any or annotation is inspect.Parameter.empty:
         return True
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, arg) for arg in typing.get_args(annotation))
+        return any(type_ok(value, arg) for arg in typing.get_args(annotation))
     if annotation is type(None):
         return value is None
     if annotation is float:
@@ -53,6 +55,15 @@ def _type_ok(value: Any, annotation: Any) -> bool:
     return True
 
 
+def unknown_param_message(kind: str, name: str, key: str, accepted: Iterable[str]) -> str:
+    """The sentence for a parameter that factory `name` (a strategy, a model, ...) lacks."""
+    valid = sorted(accepted)
+    return (
+        f"{kind} {name!r} has no parameter {key!r}{did_you_mean(key, valid)}; its parameters "
+        f"are: {', '.join(valid) or 'none'}"
+    )
+
+
 def check_params(
     target: Callable[..., Any], params: Mapping[str, Any], kind: str, name: str, skip: int = 0
 ) -> dict[str, Any]:
@@ -64,12 +75,9 @@ def check_params(
     out: dict[str, Any] = {}
     for key, value in params.items():
         if key not in accepted:
-            valid = ", ".join(sorted(accepted)) or "none"
-            raise FedshareError(
-                f"{kind} {name!r} has no parameter {key!r}; its parameters are: {valid}"
-            )
+            raise FedshareError(unknown_param_message(kind, name, key, accepted))
         annotation = accepted[key].annotation
-        if not _type_ok(value, annotation):
+        if not type_ok(value, annotation):
             shown = getattr(annotation, "__name__", str(annotation))
             raise FedshareError(
                 f"{kind} {name!r} parameter {key!r} must be of type {shown}, got {value!r}"

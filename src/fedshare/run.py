@@ -8,20 +8,25 @@ import contextlib
 import secrets
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from fedshare.config import RunConfig
-from fedshare.errors import FedshareError
+from fedshare.errors import FedshareError, error_sentence
 from fedshare.overrides import check_overrides
-from fedshare.results.rundir import LOCK_FILE
+from fedshare.preflight import check_command_line
+from fedshare.results.rundir import LOCK_FILE, MARKER
+from fedshare.sweep import SOME_MEMBERS_FAILED, SweepOutcome, record_failure
 
 if TYPE_CHECKING:
+    from fedshare.config import SimulationConfig, TrainConfig
     from fedshare.engine.simulation import Simulation
 
 USER_ERROR = 2
@@ -56,13 +61,23 @@ def group_params(node: Any) -> tuple[str, dict[str, Any]]:
     return str(name), values
 
 
+def simulation_config(run: RunConfig, rounds: int, train: "TrainConfig") -> "SimulationConfig":
+    """The engine's settings: every `SimulationConfig` key as the run set it, with `rounds`
+    and `train` resolved from the layered defaults."""
+    from dataclasses import fields
+
+    from fedshare.config import SimulationConfig
+
+    values = {f.name: getattr(run, f.name) for f in fields(SimulationConfig)}
+    return SimulationConfig(**{**values, "rounds": rounds, "train": train})
+
+
 def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> "Simulation":
     """Every object of the run, checked, with nothing written yet: the strategy (its
     parameters), the data, the partition, the model, and the layered defaults."""
     from dataclasses import asdict
 
     from fedshare.api import init_model
-    from fedshare.config import SimulationConfig
     from fedshare.data import federate, load_dataset
     from fedshare.defaults import resolve_rounds, resolve_train
     from fedshare.engine.simulation import Simulation
@@ -89,16 +104,7 @@ def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str])
     if model_name == "auto":
         model_name = dataset.default_model
     model = init_model(model_name, fed, run.seed, model_params)
-    config = SimulationConfig(
-        rounds=rounds,
-        seed=run.seed,
-        device=run.device,
-        progress=run.progress,
-        clients=run.clients,
-        train=train,
-        eval=run.eval,
-        checkpoint=run.checkpoint,
-    )
+    config = simulation_config(run, rounds, train)
     record: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     record["model"]["name"] = model_name
     record.update(rounds=rounds, train=asdict(train), run_dir=str(output_dir))
@@ -120,8 +126,9 @@ def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[
 
 def discard_if_unused(folder: Path) -> None:
     """Remove the folder Hydra made for a run that stopped before writing anything."""
-    if folder.is_dir() and {p.name for p in folder.iterdir()} <= {LOCK_FILE}:
-        (folder / LOCK_FILE).unlink(missing_ok=True)
+    if folder.is_dir() and {p.name for p in folder.iterdir()} <= {LOCK_FILE, MARKER}:
+        for name in (LOCK_FILE, MARKER):
+            (folder / name).unlink(missing_ok=True)
         folder.rmdir()
         cwd = Path.cwd().resolve()
         for parent in folder.resolve().parents:  # runs/<setting>/ made for this run alone
@@ -137,18 +144,34 @@ def fail(message: str) -> NoReturn:
     sys.exit(USER_ERROR)
 
 
+def member_meta(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
+    """What a failed sweep member's summary records of its config: the four choices and seed."""
+    names = {
+        group: OmegaConf.select(cfg, f"{group}.name", default=None) or choices.get(group)
+        for group in ("strategy", "data", "model")
+    }
+    return {**names, "partition": choices.get("partition"), "seed": cfg.get("seed")}
+
+
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if isinstance(v, str)}
+    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
-        if cfg.resume and not any(o.startswith("run_dir=") for o in hydra_cfg.overrides.task):
-            raise FedshareError("resume=true needs run_dir=<the folder of the run to resume>")
+        if cfg.resume and not (in_sweep or names_run_dir(hydra_cfg.overrides.task)):
+            raise FedshareError(
+                "resume=true needs run_dir=<the folder of the run to resume> (or hydra.run.dir=)"
+            )
         summary = execute(cfg, output_dir, choices)
     except FedshareError as err:
-        discard_if_unused(output_dir)
-        fail(str(err))
+        if not in_sweep:
+            discard_if_unused(output_dir)
+            fail(str(err))
+        record_failure(output_dir, member_meta(cfg, choices), str(err))
+        print(f"fedshare: error: {err} ({output_dir})", file=sys.stderr)
+        return None
     except KeyboardInterrupt as stop:
         discard_if_unused(output_dir)
         print(
@@ -157,12 +180,23 @@ def _main(cfg: DictConfig) -> float | None:
             file=sys.stderr,
         )
         sys.exit(INTERRUPTED)
+    except Exception as err:
+        if not in_sweep:
+            raise  # a crash: its traceback, and summary.json says "failed" with the error
+        record_failure(output_dir, member_meta(cfg, choices), error_sentence(err))
+        traceback.print_exc()
+        return None
     print(
         f"{summary['strategy']} on {summary['data']}/{summary['partition']}: "
         f"final {summary['final_accuracy']:.2f}%  best {summary['best_accuracy']:.2f}%  "
         f"({summary['rounds_completed']} rounds, {summary['wall_time_s']:.1f}s) -> {output_dir}"
     )
     return summary["best_accuracy"]
+
+
+def names_run_dir(overrides: Any) -> bool:
+    """Whether the command line names the run folder (`run_dir=` or `hydra.run.dir=`)."""
+    return any(str(o).startswith(("run_dir=", "hydra.run.dir=")) for o in overrides)
 
 
 def interrupt_on_sigterm() -> None:
@@ -175,13 +209,27 @@ def interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def report_sweep() -> None:
+    """After a sweep: name the members that failed, and exit with `SOME_MEMBERS_FAILED`."""
+    failed = SweepOutcome.failed
+    if failed:
+        print(
+            f"fedshare: {len(failed)} of {SweepOutcome.members} sweep members failed, the "
+            f"others finished: {'; '.join(failed)}",
+            file=sys.stderr,
+        )
+        sys.exit(SOME_MEMBERS_FAILED)
+
+
 def main() -> None:
     try:
         check_overrides(sys.argv[1:], config_dir())
+        check_command_line(sys.argv[1:], config_dir())
     except FedshareError as err:
         fail(str(err))
     interrupt_on_sigterm()
     _main()
+    report_sweep()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import torch
 from fedshare.data.cache import cached
 from fedshare.data.dataset import Augmentation, Dataset
 from fedshare.data.files import corrupt_file, read_bytes
-from fedshare.data.sources import download_root, find_files, missing_data_error
+from fedshare.data.sources import download_root, downloading, find_files, missing_data_error
 from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
 from fedshare.params import check_params
@@ -51,6 +51,29 @@ COMMON_KEYS = (
 
 def register_dataset(name: str) -> Callable[[Loader], Loader]:
     return DATASETS.register(name)
+
+
+GENERATED_BYTES_LIMIT = 2**34
+"""The most a generated dataset may allocate (16 GiB): a typo's size is refused, not attempted."""
+
+
+def check_generated_sizes(
+    name: str, dim: int, num_classes: int, train_size: int, test_size: int, extra: int = 0
+) -> None:
+    """Refuse a generated dataset's sizes below 1, or that would need more than
+    `GENERATED_BYTES_LIMIT` (float64 draws; `extra` further values the generator holds)."""
+    sizes = {"dim": dim, "num_classes": num_classes, "train_size": train_size}
+    sizes["test_size"] = test_size
+    small = [f"data.{k}={v}" for k, v in sizes.items() if v < 1]
+    if small:
+        raise FedshareError(f"{', '.join(small)} is not valid: {name} sizes must be at least 1")
+    needed = 8 * (dim * (train_size + test_size + num_classes) + extra)
+    if needed > GENERATED_BYTES_LIMIT:
+        raise FedshareError(
+            f"data.dim={dim} with train_size={train_size} and test_size={test_size} would need "
+            f"{needed / 2**30:.0f} GiB for {name}; the limit is "
+            f"{GENERATED_BYTES_LIMIT / 2**30:.0f} GiB"
+        )
 
 
 def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
@@ -216,6 +239,11 @@ def load_synthetic(
     data_seed: int = 0,
 ) -> Dataset:
     """Gaussian class clusters: class means ~ N(0, separation²/dim · I), noise ~ N(0, noise² I)."""
+    check_generated_sizes("synthetic", dim, num_classes, train_size, test_size)
+    if not (math.isfinite(noise) and noise >= 0 and math.isfinite(separation)):
+        raise FedshareError(
+            f"data.noise={noise} and data.separation={separation} must be finite (noise >= 0)"
+        )
     rng = np.random.default_rng(data_seed)
     centres = rng.normal(0.0, separation / np.sqrt(dim), size=(num_classes, dim))
 
@@ -292,7 +320,8 @@ def load_idx_dataset(
         import torchvision
 
         target = download_root(request.root)
-        getattr(torchvision.datasets, torchvision_name)(str(target), download=True)
+        with downloading(name, target):
+            getattr(torchvision.datasets, torchvision_name)(str(target), download=True)
         base = target
     paths = [base / rel for rel in relative]
 

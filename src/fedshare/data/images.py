@@ -16,7 +16,7 @@ from fedshare.data.dataset import Augmentation, Dataset, augment_batch
 from fedshare.data.datasets import LoadRequest, load_idx_dataset, register_dataset
 from fedshare.data.files import corrupt_file, read_npz
 from fedshare.data.pickles import load_cifar_pickle
-from fedshare.data.sources import download_root, find_files, missing_data_error
+from fedshare.data.sources import download_root, downloading, find_files, missing_data_error
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError, choices_message
 
@@ -245,7 +245,8 @@ def load_cifar10(
         elif request.download and source != "npz":
             import torchvision
 
-            torchvision.datasets.CIFAR10(str(download_root(request.root)), download=True)
+            with downloading("cifar10", download_root(request.root)):
+                torchvision.datasets.CIFAR10(str(download_root(request.root)), download=True)
             payload = _cifar10_pickles(download_root(request.root), request)
         else:
             wanted = npz if source == "npz" else pickles
@@ -302,7 +303,8 @@ def load_cifar100(
         import torchvision
 
         base = download_root(request.root)
-        torchvision.datasets.CIFAR100(str(base), download=True)
+        with downloading("cifar100", base):
+            torchvision.datasets.CIFAR100(str(base), download=True)
     folder = base / CIFAR100_DIR
     paths = [folder / "train", folder / "test"]
 

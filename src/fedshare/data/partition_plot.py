@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from fedshare.data.partition import Partition
+from fedshare.results.atomic import atomic_write
 
 MAX_BARS = 200
 """Above this many clients the size panel is one filled step outline instead of one bar per
@@ -79,5 +80,5 @@ def plot_partition(partition: Partition, path: str | Path, title: str | None = N
     )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
     return path

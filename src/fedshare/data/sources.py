@@ -4,7 +4,10 @@
 existing directory. Without it the loaders search $FEDSHARE_DATA, then ~/.cache/fedshare/data.
 """
 
+import contextlib
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from fedshare.errors import FedshareError
@@ -58,6 +61,29 @@ def download_root(root: str | None) -> Path:
     return data_roots(root)[0]
 
 
+@contextlib.contextmanager
+def downloading(name: str, target: Path) -> Iterator[None]:
+    """A download of dataset `name` into `target`: if it fails (no network, a refused or cut
+    connection, a full disk), whatever it left there is removed and a FedshareError says why."""
+    before = set(target.rglob("*")) if target.is_dir() else set()
+    try:
+        yield
+    except FedshareError:
+        raise
+    except Exception as err:  # urllib, http and torchvision raise many types for one cause
+        left = set(target.rglob("*")) - before if target.is_dir() else set()
+        for path in sorted(left, key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise FedshareError(
+            f"cannot download dataset {name!r} into {target} ({reason}); check the network "
+            f"connection, or fetch the files elsewhere and point data.root at them"
+        ) from None
+
+
 def fetch_archive(url: str, root: str | None, extract_to: str = "") -> Path:
     """Download `url` (a .zip or .tar.gz) into the download root and extract it under
     `<root>/<extract_to>`; return the download root. Needs network access."""
@@ -65,8 +91,9 @@ def fetch_archive(url: str, root: str | None, extract_to: str = "") -> Path:
 
     target = download_root(root)
     extract_root = target / extract_to
-    extract_root.mkdir(parents=True, exist_ok=True)
-    download_and_extract_archive(
-        url, str(target), extract_root=str(extract_root), remove_finished=True
-    )
+    with downloading(url.rsplit("/", 1)[-1], target):
+        extract_root.mkdir(parents=True, exist_ok=True)
+        download_and_extract_archive(
+            url, str(target), extract_root=str(extract_root), remove_finished=True
+        )
     return target

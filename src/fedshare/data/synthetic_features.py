@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from fedshare.data.dataset import Dataset
-from fedshare.data.datasets import LoadRequest, register_dataset
+from fedshare.data.datasets import LoadRequest, check_generated_sizes, register_dataset
 from fedshare.errors import FedshareError
 
 
@@ -31,10 +31,10 @@ def load_synthetic_mixture(
     data_seed: int = 0,
 ) -> Dataset:
     """Class-conditional Gaussian mixtures (see the module docstring); default model `linear`."""
-    if min(dim, num_classes, modes, train_size, test_size) < 1:
-        raise FedshareError(
-            "data.dim, num_classes, modes, train_size and test_size must all be at least 1"
-        )
+    if modes < 1:
+        raise FedshareError(f"data.modes={modes} is not valid: it must be at least 1")
+    values = num_classes * modes * dim * dim
+    check_generated_sizes("synthetic_mixture", dim, num_classes, train_size, test_size, values)
     rng = np.random.default_rng(data_seed)
     centres = rng.normal(0.0, centre_scale, size=(num_classes, 1, dim))
     mode_means = centres + rng.normal(0.0, mode_scale, size=(num_classes, modes, dim))

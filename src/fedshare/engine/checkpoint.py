@@ -1,6 +1,5 @@
 """Checkpoints: everything needed to continue a run and get the uninterrupted run's numbers."""
 
-import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -8,12 +7,19 @@ from typing import Any
 import torch
 
 from fedshare.errors import FedshareError
+from fedshare.results.atomic import atomic_write
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    """Replace the checkpoint in one step: a kill or a full disk keeps the previous one."""
+
+    def write(tmp: Path) -> None:
+        try:
+            torch.save(state, tmp)
+        except RuntimeError as err:  # torch reports a failed write (a full disk) this way
+            raise OSError(f"torch.save could not write {tmp.name}: {err}") from None
+
+    atomic_write(path, write)
 
 
 CHECKPOINT_KEYS = (

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedshare.data.dataset import Dataset
+from fedshare.errors import FedshareError
 
 
 @torch.no_grad()
@@ -14,9 +15,14 @@ def evaluate(
     model: nn.Module, dataset: Dataset, batch_size: int = 1024, per_class: bool = False
 ) -> dict[str, Any]:
     """Accuracy (percent), mean cross-entropy loss and optionally per-class accuracy."""
+    n = len(dataset.y_test)
+    if n == 0 or batch_size < 1:
+        raise FedshareError(
+            f"cannot evaluate on {n} test samples of {dataset.name} in batches of {batch_size}: "
+            f"an accuracy needs at least one sample and eval.batch_size >= 1"
+        )
     was_training = model.training
     model.eval()
-    n = len(dataset.y_test)
     correct = torch.zeros(dataset.num_classes, device=dataset.device)
     total = torch.zeros(dataset.num_classes, device=dataset.device)
     loss_sum = torch.zeros((), device=dataset.device)
@@ -30,8 +36,8 @@ def evaluate(
         total.index_add_(0, y, torch.ones_like(hit))
     model.train(was_training)
     result: dict[str, Any] = {
-        "accuracy": 100.0 * float(correct.sum()) / max(n, 1),
-        "loss": float(loss_sum) / max(n, 1),
+        "accuracy": 100.0 * float(correct.sum()) / n,
+        "loss": float(loss_sum) / n,
     }
     if per_class:
         acc = 100.0 * correct / total.clamp_min(1)

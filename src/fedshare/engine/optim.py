@@ -4,11 +4,8 @@ from collections.abc import Iterable
 
 import torch
 
-from fedshare.config import TrainConfig
+from fedshare.config import OPTIMIZERS, SCHEDULES, TrainConfig
 from fedshare.errors import FedshareError, choices_message
-
-SCHEDULES = ("constant", "exp", "step", "linear")
-OPTIMIZERS = ("sgd", "adam")
 
 
 def learning_rate(cfg: TrainConfig, round_idx: int) -> float:

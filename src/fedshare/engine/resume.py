@@ -71,3 +71,25 @@ def check_same_run(saved: Mapping[str, Any] | None, current: Mapping[str, Any], 
             f"{shown}{more}; resume with the run's own settings (only "
             f"{', '.join(CHANGEABLE_ON_RESUME)} may change) or start a new run"
         )
+
+
+def check_saved_rounds(state: Mapping[str, Any], rounds: int, every: int, path: Path) -> None:
+    """Refuse a checkpoint whose completed rounds disagree with its own history (an edited or
+    foreign file) or exceed the `rounds` the resumed run asks for."""
+    done = state.get("rounds_completed")
+    evaluated = [r.get("round") if isinstance(r, Mapping) else None for r in state["history"]]
+    valid = isinstance(done, int) and not isinstance(done, bool) and done >= 1
+    numbered = all(isinstance(r, int) and not isinstance(r, bool) for r in evaluated)
+    ordered = numbered and evaluated == sorted(set(evaluated)) and all(r >= 1 for r in evaluated)
+    last = evaluated[-1] if evaluated and ordered else 0
+    if not (valid and ordered and last <= done and done - last < every):
+        raise FedshareError(
+            f"the checkpoint {path} says {done!r} rounds completed but its history has the "
+            f"evaluated rounds {evaluated[-5:]} (eval.every={every}); it was edited or damaged, "
+            f"so it is not resumed: start the run again without resume=true"
+        )
+    if done > rounds:
+        raise FedshareError(
+            f"the checkpoint {path} has {done} rounds completed but rounds={rounds}; resume "
+            f"with rounds={done} or more"
+        )

@@ -1,6 +1,7 @@
 """The simulated-round engine: clients run one after another on one device (or several at once,
 `train.batched`)."""
 
+import contextlib
 import copy
 import time
 import warnings
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedshare.config import SimulationConfig
+from fedshare.config import MEMORY_FORMATS, SimulationConfig
 from fedshare.data.federated import FederatedData
 from fedshare.data.partition_plot import plot_partition
 from fedshare.defaults import resolve_rounds
@@ -41,25 +42,24 @@ from fedshare.engine.kept_messages import Inboxes, KeptMessages
 from fedshare.engine.memory import peak_memory
 from fedshare.engine.optim import check_train_config, learning_rate
 from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
-from fedshare.engine.resume import check_same_run
+from fedshare.engine.resume import check_same_run, check_saved_rounds
 from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
 from fedshare.engine.separability import davies_bouldin, has_features, penultimate
 from fedshare.engine.state_log import ClientStateLog
-from fedshare.errors import FedshareError, NonFiniteLossError
+from fedshare.errors import FedshareError, NonFiniteLossError, error_sentence
 from fedshare.models.base import prepare_for_device
 from fedshare.params import params_of
 from fedshare.privacy.context import check_run_attack, run_attack_summary
+from fedshare.results.atomic import clean_temporaries, png_complete
 from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
+from fedshare.validation import check_simulation_config
 
 RoundCallback = Callback | RoundFunction
 """A `Callback`, or a plain function `(sim, rounds_completed, record) -> stop?` run after
 every round."""
-
-
-MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
 
 
 def uses_channels_last(model: nn.Module, memory_format: str) -> bool:
@@ -149,12 +149,18 @@ class Simulation:
         """`record` is the resolved config that `config.yaml` records and a resume must match
         (default: the simulation settings, `meta` and the strategy's parameters); with
         `overwrite`, a previous run's files in `run_dir` are deleted instead of refused."""
+        check_simulation_config(config)
         check_train_config(config.train)
         if config.rounds < 1:
             raise FedshareError(f"rounds={config.rounds} must be at least 1")
         resolve_rounds(config.rounds, strategy)  # a one-shot strategy refuses rounds != 1
         if config.eval.every < 1:
             raise FedshareError(f"eval.every={config.eval.every} must be at least 1")
+        if len(data.dataset.y_test) == 0:
+            raise FedshareError(
+                f"the test set of {data.dataset.name} is empty: an accuracy over zero samples is "
+                f"not a result; give the data a test set"
+            )
         self.config = config
         self.device = resolve_device(config.device)
         self.data = data.to(self.device)
@@ -185,6 +191,11 @@ class Simulation:
         self.inboxes = Inboxes()
         self.history: list[dict[str, Any]] = []
         self.rounds_completed = 0
+        self.rounds_recorded = 0
+        self.checkpoint_round = 0
+        """The round of the checkpoint in the run folder (0: none)."""
+        """Rounds whose end every callback has seen (logged, checkpointed)."""
+        self.error: str | None = None
         self._elapsed_before = 0.0
         self._start = time.perf_counter()
         self.status = "running"
@@ -313,9 +324,13 @@ class Simulation:
             if resume:
                 raise FedshareError("resume=true needs the run directory of the run to resume")
             return None
+        clean_temporaries(self.dir.path)
         if resume:
             state = load_checkpoint(self.dir.checkpoint_path)
             check_same_run(state.get("config"), self.record, self.dir.checkpoint_path)
+            check_saved_rounds(
+                state, self.config.rounds, self.config.eval.every, self.dir.checkpoint_path
+            )
             if state["fingerprint"] != self.data.partition.fingerprint:
                 raise FedshareError(
                     f"the checkpoint in {self.dir.path} was made with partition "
@@ -332,6 +347,7 @@ class Simulation:
         self.dir.clear()
         assert self.state_log is not None
         self.state_log.clear()
+        self.dir.mark()
         return None
 
     def _setup(self, state: dict[str, Any] | None) -> None:
@@ -359,9 +375,10 @@ class Simulation:
         if self.dir is not None:
             self.dir.write_config(self.record)
             picture = self.dir.path / "partition.png"
-            written = picture.exists() and (self.dir.path / "partition.json").exists()
-            if state is None or not written:  # a resume has checked the partition's fingerprint
+            fingerprint = self.data.partition.fingerprint
+            if state is None or not self.dir.partition_written(fingerprint):
                 self.dir.write_partition(self.data.partition.summary())
+            if state is None or not png_complete(picture):  # a resume redraws a cut-off one
                 plot_partition(self.data.partition, picture)
         if state is None:
             if self.dir is not None:
@@ -370,7 +387,8 @@ class Simulation:
         assert self.dir is not None
         self.strategy.load_state_dict(state["strategy"])
         self.history = list(state["history"])
-        self.rounds_completed = int(state["rounds_completed"])
+        self.rounds_completed = self.rounds_recorded = int(state["rounds_completed"])
+        self.checkpoint_round = self.rounds_completed
         self.traffic = Traffic(**state["traffic"])
         assert self.state_log is not None
         if "client_state_segments" in state:
@@ -405,6 +423,7 @@ class Simulation:
             },
         )
         self.state_log.prune()
+        self.checkpoint_round = self.rounds_completed
 
     def summary(self, elapsed: float) -> dict[str, Any]:
         return summarize(
@@ -412,6 +431,7 @@ class Simulation:
             **self.meta,
             seed=self.config.seed,
             status=self.status,
+            **({"error": self.error} if self.error else {}),
             rounds_completed=self.rounds_completed,
             rounds=self.config.rounds,
             num_clients=self.data.num_clients,
@@ -512,11 +532,48 @@ class Simulation:
             self.history, self.dir.path / "curves.png", f"{title}, seed {self.config.seed}"
         )
 
+    def _stopped(self, status: str, err: BaseException) -> None:
+        """A run ended early: its status and error, and its records cut back to the rounds
+        whose end was recorded (metrics line, checkpoint), so that summary.json,
+        metrics.jsonl and the checkpoint agree."""
+        self.status = status
+        if status != "interrupted":
+            self.error = error_sentence(err)
+        self.rounds_completed = self.rounds_recorded
+        self.history = [r for r in self.history if r["round"] <= self.rounds_recorded]
+        if self.dir is not None and self.dir.metrics_path.exists():
+            with contextlib.suppress(OSError):  # a full disk keeps the lines written before
+                self.dir.rewrite_metrics(self.history)
+
+    def _write_failure(self, err: OSError) -> FedshareError:
+        """A file of the run could not be written (a full disk, a read-only folder)."""
+        assert self.dir is not None
+        saved = self.checkpoint_round
+        kept = (
+            f"checkpoint.pt of round {saved} is intact (resume=true continues from it once the "
+            f"folder is writable)"
+            if saved
+            else "no checkpoint was saved yet"
+        )
+        return FedshareError(
+            f"cannot write the run's files in {self.dir.path} "
+            f"({err.strerror or error_sentence(err)}); {kept}, and every file keeps its last "
+            f"complete version"
+        )
+
     def elapsed(self) -> float:
         """Seconds of run time so far, across resumes."""
         return self._elapsed_before + time.perf_counter() - self._start
 
     def _run(self, state: dict[str, Any] | None) -> RunResult:
+        try:
+            return self._run_rounds(state)
+        except OSError as err:
+            if self.dir is None:
+                raise
+            raise self._write_failure(err) from None
+
+    def _run_rounds(self, state: dict[str, Any] | None) -> RunResult:
         self._setup(state)
         cfg = self.config
         self._start = time.perf_counter()
@@ -533,6 +590,7 @@ class Simulation:
                     record = self._evaluate(info)
                     self.history.append(record)
                 stops = [callback.on_round_end(self, record) for callback in callbacks]
+                self.rounds_recorded = self.rounds_completed
                 if any(stops):
                     self.status = "stopped"
                     break
@@ -540,11 +598,14 @@ class Simulation:
                 self.status = "completed"
                 self._count_final_download()
                 self._context_attack()
-        except NonFiniteLossError:
-            self.status = "diverged"
+        except NonFiniteLossError as err:
+            self._stopped("diverged", err)
             raise
-        except BaseException:
-            self.status = "interrupted"
+        except Exception as err:
+            self._stopped("failed", err)
+            raise
+        except BaseException as err:  # KeyboardInterrupt (SIGINT, SIGTERM), SystemExit
+            self._stopped("interrupted", err)
             raise
         finally:
             for callback in callbacks:

@@ -172,6 +172,17 @@ def build_model(
     return factory(tuple(input_shape), num_classes, **kwargs)
 
 
+def require_widths(name: str, **widths: int | Sequence[int]) -> None:
+    """Refuse a layer width (or list of widths) below 1, naming the model parameter."""
+    for key, value in widths.items():
+        values = [value] if isinstance(value, int) else list(value)
+        if any(v < 1 for v in values):
+            raise FedshareError(
+                f"model {name!r} parameter {key}={value!r} is not valid: layer widths must be "
+                f"at least 1"
+            )
+
+
 def require_input(
     name: str,
     input_shape: Sequence[int],

@@ -11,6 +11,7 @@ from fedshare.models.base import (
     input_error,
     register_model,
     require_input,
+    require_widths,
 )
 
 
@@ -31,6 +32,7 @@ def cnn_small(
     on a last mini-batch of one sample, which small clients have.
     """
     require_input("cnn_small", input_shape, 3, "C×H×W images")
+    require_widths("cnn_small", channels=channels, hidden=hidden)
     c, h, w = input_shape
     blocks: list[tuple[str, nn.Module]] = []
     for i, out in enumerate(channels):

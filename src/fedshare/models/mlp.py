@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from fedshare.models.base import HEAD, BlockModel, register_model
+from fedshare.models.base import HEAD, BlockModel, register_model, require_widths
 
 
 @register_model("mlp")
@@ -20,6 +20,7 @@ def mlp(
     Default `share_layer`: after `fc1` (0, the raw input, when there are no hidden layers);
     `flea_layer`: after `fc1` (None without hidden layers).
     """
+    require_widths("mlp", hidden=hidden)
     width = math.prod(input_shape)
     blocks: list[tuple[str, nn.Module]] = []
     for i, h in enumerate(hidden):

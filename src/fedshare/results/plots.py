@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedshare.results.atomic import atomic_write
+
 MB = 1e6
 
 
@@ -71,7 +73,7 @@ def _integer_rounds(ax: Any) -> None:
 def _save(fig: Any, path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
     fig.clear()
 
 

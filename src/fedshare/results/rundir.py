@@ -3,12 +3,12 @@
 import contextlib
 import json
 import math
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fedshare.errors import FedshareError
+from fedshare.results.atomic import atomic_write
 
 try:
     import fcntl
@@ -27,6 +27,9 @@ RUN_FILES = (
 """Every file a run writes (the run-directory contract), and what `overwrite` deletes (with the
 engine's `client_states/` segments, `fedshare.engine.state_log`)."""
 LOCK_FILE = ".lock"
+MARKER = ".fedshare-run"
+"""Written into a folder before a run's first file: `overwrite` deletes run files only where
+it is, so a user's own `config.yaml` or `summary.json` is never taken for a run's."""
 
 SUMMARY_KEYS = (
     "strategy",
@@ -60,9 +63,8 @@ def _clean(value: Any) -> Any:
 
 def write_json(path: Path, obj: Any) -> None:
     """Write atomically (temp file + rename) so a crash never leaves half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_clean(obj), indent=2) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(_clean(obj), indent=2) + "\n"
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 class RunDirectory:
@@ -76,17 +78,36 @@ class RunDirectory:
         return [name for name in RUN_FILES if (self.path / name).exists()]
 
     def clear(self) -> None:
-        """Delete a previous run's files (`overwrite=true`); nothing else in the folder."""
-        for name in self.run_files():
+        """Delete a previous run's files (`overwrite=true`); nothing else in the folder, and
+        nothing at all unless a fedshare run wrote them (its marker is there)."""
+        found = self.run_files()
+        if found and not (self.path / MARKER).exists():
+            raise FedshareError(
+                f"overwrite=true but the {', '.join(found)} in {self.path} were not written by "
+                f"a fedshare run (it has no {MARKER} marker), so nothing is deleted; choose "
+                f"another run_dir"
+            )
+        for name in found:
             (self.path / name).unlink()
+
+    def mark(self) -> None:
+        """Say that a fedshare run writes here (before its first file)."""
+        (self.path / MARKER).touch()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold an exclusive lock on the folder while a run writes to it, so that a second
         process refuses to start instead of mixing its records into this run's files."""
-        self.path.mkdir(parents=True, exist_ok=True)
         lock = self.path / LOCK_FILE
-        with lock.open("a") as fh:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fh = lock.open("a")
+        except OSError as err:
+            raise FedshareError(
+                f"cannot write in run_dir {self.path} ({err.strerror or type(err).__name__}); "
+                f"choose a folder you can write to"
+            ) from None
+        with fh:
             if fcntl is not None:
                 try:
                     fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -108,21 +129,27 @@ class RunDirectory:
     def write_config(self, resolved: Mapping[str, Any]) -> None:
         from omegaconf import OmegaConf
 
-        tmp = self.path / "config.yaml.tmp"
-        OmegaConf.save(OmegaConf.create(dict(resolved)), tmp)
-        os.replace(tmp, self.path / "config.yaml")
+        config = OmegaConf.create(dict(resolved))
+        atomic_write(self.path / "config.yaml", lambda tmp: OmegaConf.save(config, tmp))
 
     def write_partition(self, stats: Mapping[str, Any]) -> None:
         write_json(self.path / "partition.json", stats)
+
+    def partition_written(self, fingerprint: str) -> bool:
+        """Whether partition.json is complete and describes the partition `fingerprint`."""
+        try:
+            saved = json.loads((self.path / "partition.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(saved, dict) and saved.get("fingerprint") == fingerprint
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         write_json(self.path / "summary.json", summary)
 
     def rewrite_metrics(self, history: Sequence[Mapping[str, Any]]) -> None:
         """Replace metrics.jsonl with `history` (used when a run resumes from a checkpoint)."""
-        tmp = self.metrics_path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(_clean(r)) + "\n" for r in history))
-        os.replace(tmp, self.metrics_path)
+        text = "".join(json.dumps(_clean(r)) + "\n" for r in history)
+        atomic_write(self.metrics_path, lambda tmp: tmp.write_text(text))
 
     def append_metrics(self, record: Mapping[str, Any]) -> None:
         with self.metrics_path.open("a") as fh:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fedshare.results.atomic import atomic_write
 from fedshare.results.grouping import ABSENT, MISSING, show
 from fedshare.results.stats import STATS
 from fedshare.results.table import Report, short_labels
@@ -105,7 +106,8 @@ def to_markdown(report: Report) -> str:
 
 
 def write_markdown(report: Report, path: Path) -> None:
-    Path(path).write_text(to_markdown(report))
+    text = to_markdown(report)
+    atomic_write(Path(path), lambda tmp: tmp.write_text(text))
 
 
 # ---------------------------------------------------------------------------- CSV
@@ -125,6 +127,10 @@ def write_csv(report: Report, path: Path) -> None:
     headers += [f"{stat}_{part}" for stat, _ in STATS for part in ("mean", "std")]
     if report.paper is not None:
         headers += _PAPER_CSV
+    atomic_write(Path(path), lambda tmp: _write_csv_rows(report, tmp, headers))
+
+
+def _write_csv_rows(report: Report, path: Path, headers: list[str]) -> None:
     with Path(path).open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(headers)

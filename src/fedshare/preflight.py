@@ -1,0 +1,179 @@
+"""The command line's check before Hydra starts: every run it would start (each member of a
+sweep) is composed and its values checked (`fedshare.validation`), so that a bad value is one
+sentence with exit code 2 before any folder exists or any member runs."""
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from fedshare.config import RunConfig
+from fedshare.errors import FedshareError, unknown_key_message
+from fedshare.validation import GROUP_KEYS, check_run
+
+FLAGS_WITH_VALUE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd")
+RUN_DIR_KEYS = ("run_dir", "hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+
+
+def override_args(argv: Sequence[str]) -> list[str]:
+    """The `key=value` arguments of a command line (flags and their values left out)."""
+    args, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in FLAGS_WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            args.append(arg)
+    return args
+
+
+def members(args: Sequence[str]) -> list[list[str]]:
+    """The overrides of each run the command line starts (one, or each sweep member), without
+    Hydra's own keys."""
+    overrides = OverridesParser.create().parse_overrides(list(args))
+    for override in overrides:
+        if override.key_or_group in RUN_DIR_KEYS and not override.is_sweep_override():
+            value = override.value()
+            if value is None or not str(value).strip():
+                raise FedshareError(
+                    f"{override.key_or_group}={value or ''} is empty; give a folder for the run "
+                    f"(or leave it out for the default under runs/)"
+                )
+    ours = [o for o in overrides if not o.key_or_group.startswith("hydra")]
+    return BasicSweeper.split_arguments(ours, None)[0]
+
+
+def composes(override: str) -> bool:
+    """Whether an override changes the composition (a group, a group's key, an added or
+    deleted key), rather than setting a typed key of `RunConfig`."""
+    key = override.lstrip("+~").split("=", 1)[0]
+    return override[0] in "+~" or key.split(".", 1)[0] in (*GROUP_KEYS, "experiment")
+
+
+@functools.cache
+def composed(config_root: str, overrides: tuple[str, ...]) -> DictConfig:
+    """The config composed from `overrides` (cached: a sweep composes each choice of groups
+    once)."""
+    try:
+        with initialize_config_dir(config_dir=config_root, version_base="1.3"):
+            return compose("config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise composition_error(err, config_root, list(overrides)) from None
+
+
+def compose_member(overrides: list[str], config_root: str) -> DictConfig:
+    """The composed config of one run, the command line's typed keys set last (they win over
+    a preset's); a composition error as one sentence."""
+    cfg = composed(config_root, tuple(o for o in overrides if composes(o))).copy()
+    values = [o for o in overrides if not composes(o)]
+    for item in OverridesParser.create().parse_overrides(values):
+        try:
+            OmegaConf.update(cfg, item.key_or_group, item.value(), merge=True)
+        except OmegaConfBaseException as err:
+            raise composition_error(err, config_root, overrides) from None
+    return cfg
+
+
+def composition_error(err: Exception, config_root: str, overrides: list[str]) -> FedshareError:
+    """Hydra's error for an unknown key inside a config group (`strategy.scal=0.2`), or any
+    other composition error, as one sentence (never Hydra's `+key` advice)."""
+    cause = err.__cause__ or err
+    key = getattr(cause, "full_key", None) or ""
+    group = key.split(".", 1)[0]
+    if group in ("strategy", "data", "partition", "model") and "." in key:
+        kept = [o for o in overrides if not o.lstrip("+~").startswith(key)]
+        return group_key_error(group, compose_member(kept, config_root)[group], key)
+    if key:
+        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        node = OmegaConf.select(OmegaConf.structured(RunConfig), parent) if parent else None
+        if parent == "" or OmegaConf.is_dict(node):
+            keys = list(node.keys()) if node is not None else fields_of_run()
+            return FedshareError(unknown_key_message(key, keys, f" of {parent}" if parent else ""))
+    first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    return FedshareError(f"cannot compose the config: {first}")
+
+
+def fields_of_run() -> list[str]:
+    return [field.name for field in dataclasses.fields(RunConfig)]
+
+
+def group_key_error(group: str, node: Any, key: str) -> FedshareError:
+    """`strategy.scal`: an unknown parameter of the chosen strategy (dataset, partition, model)."""
+    from fedshare.data.datasets import COMMON_KEYS, DATASETS
+    from fedshare.data.partition import PARTITIONERS
+    from fedshare.models.base import MODELS
+    from fedshare.params import accepted_params, unknown_param_message
+    from fedshare.strategies.base import STRATEGIES
+
+    name = str(node.get("name")) if node is not None else "?"
+    factory, skip, common = {
+        "strategy": (STRATEGIES, 0, ()),
+        "data": (DATASETS, 1, COMMON_KEYS),
+        "partition": (PARTITIONERS, 3, ("seed",)),
+        "model": (MODELS, 2, ()),
+    }[group]
+    valid: list[str] = list(common)
+    if name in factory:
+        valid += list(accepted_params(factory.get(name), skip))
+    kind = "dataset" if group == "data" else group
+    param = key.split(".", 1)[1]
+    if param in valid:
+        return FedshareError(
+            f"{key} is a parameter of {kind} {name!r} that its config file does not list; "
+            f"set it with +{key}=<value>"
+        )
+    return FedshareError(unknown_param_message(kind, name, param, set(valid) - {"name"}))
+
+
+def run_values(cfg: DictConfig) -> dict[str, Any]:
+    """The composed config as plain values; `run_dir` (it may name Hydra's runtime values)
+    only where the command line or a preset set it."""
+    run_dir = None if OmegaConf.is_interpolation(cfg, "run_dir") else cfg.get("run_dir")
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(raw, dict)
+    raw.pop("run_dir", None)
+    values = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
+    assert isinstance(values, dict)
+    values["run_dir"] = run_dir
+    return values
+
+
+def check_run_dir(run_dir: Any) -> None:
+    """A run folder must be a folder (or not exist yet)."""
+    if run_dir is None:
+        return
+    path = Path(str(run_dir)).expanduser()
+    if path.exists() and not path.is_dir():
+        raise FedshareError(f"run_dir={run_dir} is a file, not a folder; choose a folder")
+
+
+def check_command_line(argv: Sequence[str], config_root: Path) -> int:
+    """Compose and check every run of the command line; return how many there are."""
+    try:
+        runs = members(override_args(argv))
+    except HydraException as err:
+        raise FedshareError(f"cannot read the command line: {str(err).splitlines()[0]}") from None
+    for number, overrides in enumerate(runs):
+        try:
+            values = run_values(compose_member(overrides, str(config_root)))
+            unknown = set(values) - set(fields_of_run()) - set(GROUP_KEYS)
+            if unknown:
+                raise FedshareError(unknown_key_message(sorted(unknown)[0], fields_of_run()))
+            check_run(values)
+            check_run_dir(values.get("run_dir"))
+        except FedshareError as err:
+            if len(runs) == 1:
+                raise
+            raise FedshareError(
+                f"sweep member {number} ({' '.join(overrides)}): {err}; no member was started"
+            ) from None
+    return len(runs)

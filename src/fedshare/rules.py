@@ -1,0 +1,118 @@
+"""Value rules declared beside the typed config fields (`fedshare.config`): the one place that
+says which values a key accepts. `fedshare.validation` checks a whole config against them, and
+the tests draw bad values from them, so a new key cannot be left unchecked."""
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+SEED_LIMIT = 2**64
+"""Seeds feed 64 bits to the random streams (`fedshare.engine.rng`): larger ones would alias."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The values one key accepts: a number range (finite), a choice, a list's length and its
+    items' range, or None where `optional`. `any_value` marks a key every value of its type
+    suits (a name, a path, a switch)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] | None = None
+    length: int | None = None
+    nonempty: bool = False
+    optional: bool = False
+    scalar_or_list: bool = False
+    numbers: bool = False
+    """A list of numbers (each in the range)."""
+    any_value: bool = False
+
+    def describe(self) -> str:
+        """What a valid value is, in a few words."""
+        if self.any_value:
+            return "any value of its type"
+        if self.choices is not None:
+            text = f"one of {', '.join(self.choices)}"
+        else:
+            number = self._range() if self.low is not None or self.high is not None else None
+            one = number or "a finite number"
+            if self.length is not None:
+                text = f"a list of {self.length} numbers, each {one}"
+            elif self.scalar_or_list:
+                text = f"{one}, or a non-empty list of such numbers"
+            elif self.numbers:
+                kind = "a non-empty list" if self.nonempty else "a list"
+                text = f"{kind} of numbers, each {one}"
+            elif self.nonempty:
+                text = "a non-empty text"
+            else:
+                text = one
+        return text + (" (or null)" if self.optional else "")
+
+    def _range(self) -> str:
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"a finite number in {left}{_show(self.low)}, {_show(self.high)}{right}"
+        if self.low is not None:
+            return f"a finite number {'>' if self.low_open else '>='} {_show(self.low)}"
+        return f"a finite number {'<' if self.high_open else '<='} {_show(self.high)}"
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if self.any_value:
+            return True
+        if self.choices is not None:
+            return value in self.choices
+        if isinstance(value, list | tuple):
+            if self.length is None and not (self.scalar_or_list or self.numbers):
+                return False
+            if self.length is not None and len(value) != self.length:
+                return False
+            if (self.nonempty or self.scalar_or_list) and not value:
+                return False
+            return all(self._in_range(v) for v in value)
+        if self.length is not None:
+            return False
+        if isinstance(value, str):
+            numeric = self.low is not None or self.high is not None
+            if numeric or self.scalar_or_list or self.numbers:
+                return False
+            return not self.nonempty or bool(value.strip())
+        return self._in_range(value)
+
+    def _in_range(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+
+def _show(bound: float) -> str:
+    if bound == SEED_LIMIT:
+        return "2^64"
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+RULE = "rule"
+"""The key of a field's `metadata` that holds its `Rule`."""
+
+
+def ruled(default: Any = None, rule: Rule | None = None, **factory: Any) -> Any:
+    """A dataclass field with a default (or `default_factory=...`) and its value rule."""
+    if "default_factory" in factory:
+        return field(default_factory=factory["default_factory"], metadata={RULE: rule})
+    return field(default=default, metadata={RULE: rule})
+
+
+ANY = Rule(any_value=True)
+COUNT = Rule(low=1)
+"""A whole number of at least 1 (a size, a count, a period)."""
+NON_NEGATIVE = Rule(low=0)
+POSITIVE = Rule(low=0, low_open=True)
+PROBABILITY = Rule(low=0, high=1, low_open=True)

@@ -1,0 +1,143 @@
+"""One check of a whole run's values, before anything runs or is written.
+
+Every typed key is checked against its type and its `Rule` (declared beside the field in
+`fedshare.config`); the config groups check their own keys: the strategy is built (its
+dataclass checks itself), and the dataset's, partition's and model's keys are bound to their
+factories' parameters. The command line runs this for every member of a sweep before the first
+one starts (`fedshare.preflight`); the engine runs the typed part for every simulation.
+"""
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from fedshare.config import DataOptions, RunConfig, SimulationConfig
+from fedshare.errors import FedshareError
+from fedshare.params import type_ok
+from fedshare.rules import RULE, Rule
+
+SLOW_SCHEDULES = ("exp", "step")
+"""Schedules that multiply the learning rate by `lr_decay`: a factor of 0 would stop training."""
+
+
+def rule_of(field: dataclasses.Field) -> Rule:
+    """The `Rule` declared for `field`; a field without one is a programming error."""
+    rule = field.metadata.get(RULE)
+    if rule is None:
+        raise TypeError(f"config field {field.name!r} declares no Rule (fedshare.rules.ruled)")
+    return rule
+
+
+def typed_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, Rule]]:
+    """{dotted key: (type, rule)} of every leaf field of dataclass `cls`, nested ones included."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, tuple[Any, Rule]] = {}
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        if dataclasses.is_dataclass(hint):
+            out.update(typed_fields(hint, f"{prefix}{field.name}."))  # type: ignore[arg-type]
+        else:
+            out[f"{prefix}{field.name}"] = (hint, rule_of(field))
+    return out
+
+
+def type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", str(hint).replace("typing.", ""))
+
+
+def value_problem(key: str, value: Any, hint: Any, rule: Rule) -> str | None:
+    """The sentence for a bad `key=value`, or None if the value is valid."""
+    if value is None and (rule.optional or type_ok(None, hint)):
+        return None
+    if not type_ok(value, hint):
+        return f"{key}={value!r} is not valid: it must be of type {type_name(hint)}"
+    if not rule.accepts(value):
+        return f"{key}={value!r} is not valid: it must be {rule.describe()}"
+    return None
+
+
+def check_key(cls: type, key: str, value: Any) -> None:
+    """`key=value` against the typed field `key` of `cls` (a no-op for an untyped key)."""
+    typed = typed_fields(cls).get(key)
+    if typed is not None:
+        problem = value_problem(key, value, *typed)
+        if problem:
+            raise FedshareError(problem)
+
+
+def flat_values(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping) and f"{prefix}{key}" not in ("features_options",):
+            out.update(flat_values(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_typed(cls: type, values: Mapping[str, Any], prefix: str = "") -> None:
+    """Every key of `values` that `cls` types, against its type and rule."""
+    typed = typed_fields(cls)
+    for key, value in flat_values(values).items():
+        if key in typed:
+            problem = value_problem(f"{prefix}{key}", value, *typed[key])
+            if problem:
+                raise FedshareError(problem)
+
+
+def check_combinations(values: Mapping[str, Any]) -> None:
+    """Values each valid alone but not together."""
+    train = values.get("train") or {}
+    if train.get("lr_schedule") in SLOW_SCHEDULES and train.get("lr_decay") == 0:
+        raise FedshareError(
+            f"train.lr_decay=0 with train.lr_schedule={train['lr_schedule']} would make every "
+            f"learning rate after the first 0; give a factor above 0"
+        )
+
+
+def check_simulation_config(config: SimulationConfig) -> None:
+    """The typed settings of one simulation (the engine's own check)."""
+    values = dataclasses.asdict(config)
+    check_typed(SimulationConfig, values)
+    check_combinations(values)
+
+
+def check_groups(values: Mapping[str, Any]) -> None:
+    """The four config groups' keys against their factories, without loading anything."""
+    from fedshare.data.datasets import COMMON_KEYS, DATASETS
+    from fedshare.data.partition import PARTITIONERS
+    from fedshare.models.base import MODELS
+    from fedshare.params import check_params
+    from fedshare.strategies import make_strategy
+
+    for group in ("strategy", "data", "partition", "model"):
+        node = values.get(group)
+        if not isinstance(node, Mapping) or not node.get("name"):
+            raise FedshareError(
+                f"{group}={node!r} is not valid: choose a {group} by name ({group}=<name>)"
+            )
+    strategy = dict(values["strategy"])
+    make_strategy(str(strategy.pop("name")), strategy)
+    data = dict(values["data"])
+    check_typed(DataOptions, {k: v for k, v in data.items() if k in COMMON_KEYS}, "data.")
+    name = str(data["name"])
+    own = {k: v for k, v in data.items() if k not in COMMON_KEYS}
+    check_params(DATASETS.get(name), own, "dataset", name, skip=1)
+    partition = {k: v for k, v in values["partition"].items() if k not in ("name", "seed")}
+    name = str(values["partition"]["name"])
+    check_params(PARTITIONERS.get(name), partition, "partition", name, skip=3)
+    model = dict(values["model"])
+    name = str(model.pop("name"))
+    if name != "auto":
+        check_params(MODELS.get(name), model, "model", name, skip=2)
+
+
+def check_run(values: Mapping[str, Any]) -> None:
+    """A whole command-line run's resolved values (`RunConfig` with its groups)."""
+    check_typed(RunConfig, {k: v for k, v in values.items() if k not in GROUP_KEYS})
+    check_combinations(values)
+    check_groups(values)
+
+
+GROUP_KEYS = ("strategy", "data", "partition", "model", "hydra")
