@@ -160,7 +160,8 @@ def _main(cfg: DictConfig) -> float | None:
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if isinstance(v, str)}
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
-        if cfg.resume and not (in_sweep or names_run_dir(hydra_cfg.overrides.task)):
+        overrides = [*hydra_cfg.overrides.task, *hydra_cfg.overrides.hydra]
+        if cfg.resume and not (in_sweep or names_run_dir(overrides)):
             raise FedshareError(
                 "resume=true needs run_dir=<the folder of the run to resume> (or hydra.run.dir=)"
             )

@@ -1,0 +1,175 @@
+"""No run lost or misstated: true statuses, a summary that agrees with what was saved, refused
+edited checkpoints, no result over zero samples, atomic files checked on resume, a marker
+that keeps `overwrite` off a user's own files, and full disks as one sentence."""
+
+import errno
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedshare import simulate
+from fedshare.engine.evaluation import evaluate
+from fedshare.errors import FedshareError
+from fedshare.results.atomic import clean_temporaries, png_complete
+from fedshare.results.rundir import MARKER, RunDirectory, read_metrics
+from fedshare.strategies import FedAvg
+from helpers import digits_federation
+from test_cli import FAST, fedshare_run
+
+FED = digits_federation("iid", 3)
+
+
+def run(out: Path, rounds: int = 2, **options):
+    return simulate(FedAvg(), FED, "cnn_small", rounds=rounds, run_dir=out, **options)
+
+
+def summary_of(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def raise_at(round_: int, error: BaseException):
+    def callback(sim, rounds_completed, record):
+        if rounds_completed == round_:
+            raise error
+
+    return callback
+
+
+def test_a_crash_is_failed_with_its_sentence_and_a_signal_is_interrupted(tmp_path):
+    with pytest.raises(RuntimeError):
+        run(tmp_path / "crash", callbacks=[raise_at(1, RuntimeError("boom"))])
+    crashed = summary_of(tmp_path / "crash")
+    assert crashed["status"] == "failed" and crashed["error"] == "RuntimeError: boom"
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "signal", callbacks=[raise_at(1, KeyboardInterrupt())])
+    stopped = summary_of(tmp_path / "signal")
+    assert stopped["status"] == "interrupted" and "error" not in stopped
+
+
+def test_the_summary_counts_only_the_rounds_that_were_saved(tmp_path):
+    """An interrupt after round 2 was evaluated but before its line and checkpoint were
+    written: summary.json, metrics.jsonl and checkpoint.pt all stop at round 1."""
+    out = tmp_path / "r"
+    from fedshare.engine import simulation
+
+    original = simulation.MetricsLog.on_round_end
+
+    def log(self, sim, record):
+        if sim.rounds_completed == 2:
+            raise KeyboardInterrupt
+        return original(self, sim, record)
+
+    simulation.MetricsLog.on_round_end = log
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run(out, rounds=3)
+    finally:
+        simulation.MetricsLog.on_round_end = original
+    summary = summary_of(out)
+    assert summary["rounds_completed"] == 1 and summary["final_accuracy"] is not None
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1]
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["rounds_completed"] == 1
+
+
+@pytest.mark.parametrize(("edit", "message"), [(100, "says 100 rounds"), (0, "says 0 rounds")])
+def test_a_checkpoint_whose_rounds_disagree_with_its_history_is_refused(tmp_path, edit, message):
+    out = tmp_path / "r"
+    run(out, rounds=2)
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    state["rounds_completed"] = edit
+    torch.save(state, out / "checkpoint.pt")
+    with pytest.raises(FedshareError, match=message):
+        run(out, rounds=200, resume=True)
+
+
+def test_a_checkpoint_past_the_asked_rounds_is_refused(tmp_path):
+    run(tmp_path / "r", rounds=2)
+    with pytest.raises(FedshareError, match="has 2 rounds completed but rounds=1"):
+        run(tmp_path / "r", rounds=1, resume=True)
+
+
+def test_an_evaluation_over_zero_samples_is_an_error_not_a_number():
+    data = FED.dataset
+    empty = replace(data, x_test=data.x_test[:0], y_test=data.y_test[:0])
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    with pytest.raises(FedshareError, match="0 test samples"):
+        evaluate(model, empty, 32)
+    with pytest.raises(FedshareError, match="batches of -1"):
+        evaluate(model, data, -1)
+    with pytest.raises(FedshareError, match="test set of digits is empty"):
+        simulate(FedAvg(), replace(FED, dataset=empty), "cnn_small", rounds=1)
+
+
+def test_resume_redraws_a_cut_off_picture_and_rewrites_a_cut_off_partition_file(tmp_path):
+    out = tmp_path / "r"
+    run(out, rounds=1)
+    picture = (out / "partition.png").read_bytes()
+    (out / "partition.png").write_bytes(picture[: len(picture) // 2])
+    text = (out / "partition.json").read_text()
+    (out / "partition.json").write_text(text[: len(text) // 2])
+    (out / "summary.tmp.json").write_text("{")
+    (out / "checkpoint.tmp.pt").write_bytes(b"")
+    run(out, rounds=2, resume=True)
+    assert png_complete(out / "partition.png") and png_complete(out / "curves.png")
+    assert json.loads((out / "partition.json").read_text())["fingerprint"]
+    assert not list(out.glob("*.tmp*"))
+
+
+def test_temporaries_are_found_by_their_mark_only(tmp_path):
+    for name in ("a.tmp", "b.tmp.png", "summary.json.tmp", "keep.json", "tmpfile"):
+        (tmp_path / name).write_text("x")
+    assert sorted(clean_temporaries(tmp_path)) == ["a.tmp", "b.tmp.png", "summary.json.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.json", "tmpfile"]
+
+
+def test_overwrite_deletes_only_what_a_fedshare_run_wrote(tmp_path):
+    own = tmp_path / "mine"
+    own.mkdir()
+    (own / "config.yaml").write_text("my: own\n")
+    (own / "summary.json").write_text("{}\n")
+    with pytest.raises(FedshareError, match="not written by a fedshare run"):
+        run(own, rounds=1, overwrite=True)
+    assert (own / "config.yaml").read_text() == "my: own\n"
+    ours = tmp_path / "ours"
+    run(ours, rounds=1)
+    assert (ours / MARKER).exists()
+    run(ours, rounds=1, overwrite=True)
+
+
+def test_a_full_disk_is_one_sentence_naming_the_folder_and_the_kept_checkpoint(
+    tmp_path, monkeypatch
+):
+    out = tmp_path / "r"
+
+    def full(self, summary):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path / "summary.json"))
+
+    monkeypatch.setattr(RunDirectory, "write_summary", full)
+    with pytest.raises(FedshareError) as caught:
+        run(out, rounds=2)
+    message = str(caught.value)
+    assert str(out) in message and "No space left on device" in message
+    assert "checkpoint.pt of round 2 is intact" in message
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["rounds_completed"] == 2
+
+
+def test_an_unwritable_folder_is_one_sentence(tmp_path, monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(FedshareError, match=r"cannot write in run_dir .*Permission denied"):
+        run(tmp_path / "r", rounds=1)
+
+
+def test_a_run_started_with_hydra_run_dir_resumes_with_it(tmp_path):
+    out = tmp_path / "h"
+    base = [a for a in FAST if not a.startswith("rounds=")]
+    first = fedshare_run(*base, "rounds=1", f"hydra.run.dir={out}", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    proc = fedshare_run(*base, "rounds=2", "resume=true", f"hydra.run.dir={out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]

@@ -1,0 +1,54 @@
+"""A sweep survives a bad member: the member is recorded as failed with the reason, every other
+member finishes, and the exit code says that some failed."""
+
+import json
+
+import pytest
+
+from fedshare.sweep import SOME_MEMBERS_FAILED
+from test_cli import fedshare_run
+
+SMALL = ["progress=false", "rounds=1", "clients.num=2"]
+LAUNCHERS = {
+    "basic": [],
+    "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+}
+
+
+@pytest.mark.parametrize("launcher", ["basic", pytest.param("joblib", marks=pytest.mark.slow)])
+def test_a_member_that_fails_is_recorded_and_the_others_finish(tmp_path, launcher):
+    """data.train_subset=5000 is more than digits has: found only when the data is loaded."""
+    sweep = tmp_path / "sweep"
+    proc = fedshare_run(
+        "-m",
+        *LAUNCHERS[launcher],
+        f"hydra.sweep.dir={sweep}",
+        "data.train_subset=100,5000,200",
+        *SMALL,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == SOME_MEMBERS_FAILED, proc.stderr
+    summaries = {
+        p.parent.name.split("-", 1)[0]: json.loads(p.read_text())
+        for p in sweep.glob("*/summary.json")
+    }
+    assert sorted(summaries) == ["0", "1", "2"]
+    assert summaries["0"]["status"] == summaries["2"]["status"] == "completed"
+    failed = summaries["1"]
+    assert failed["status"] == "failed" and "train_subset=5000" in failed["error"]
+    assert failed["strategy"] == "fedavg" and failed["data"] == "digits"
+    assert "1 of 3 sweep members failed" in proc.stderr and "train_subset=5000" in proc.stderr
+
+
+def test_a_sweep_with_a_bad_value_is_refused_before_any_member_starts(tmp_path):
+    proc = fedshare_run(
+        "-m",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "train.lr=0.05,-1,0.02",
+        *SMALL,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert "sweep member 1 (train.lr=-1" in proc.stderr and "no member was started" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "sweep").exists()
