@@ -53,6 +53,9 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
     return DATASETS.register(name)
 
 
+MAX_CLASSES = 100_000
+"""The most classes a dataset may have: a file that declares more (or has labels past it) is
+refused before anything of that size is allocated."""
 GENERATED_BYTES_LIMIT = 2**34
 """The most a generated dataset may allocate (16 GiB): a typo's size is refused, not attempted."""
 
@@ -76,6 +79,25 @@ def check_generated_sizes(
         )
 
 
+def check_labels(data: Dataset) -> None:
+    """Labels must be integers in 0..num_classes-1 and the class count bounded, checked when
+    the data is loaded (not as an IndexError in training), naming where the data came from."""
+    where = f"dataset {data.name!r}" + (f" ({data.source})" if data.source else "")
+    if not 1 <= data.num_classes <= MAX_CLASSES:
+        raise FedshareError(
+            f"{where} has {data.num_classes} classes; a dataset has 1 to {MAX_CLASSES}"
+        )
+    for split, labels in (("train", data.y_train), ("test", data.y_test)):
+        if labels.is_floating_point() or labels.dtype == torch.bool:
+            raise FedshareError(f"{where}: its {split} labels are {labels.dtype}, not integers")
+        if len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < data.num_classes:
+            raise FedshareError(
+                f"{where}: its {split} labels range over {int(labels.min())}..."
+                f"{int(labels.max())}, outside the classes 0..{data.num_classes - 1}; the "
+                f"files are damaged or not this dataset's"
+            )
+
+
 def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
     """Load `cfg.name` with its options, then apply the options every dataset honours.
 
@@ -96,6 +118,7 @@ def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
         cache=bool(cfg.get("cache", True)),
     )
     data = loader(request, **options)
+    check_labels(data)
     if cfg.get("class_subset") is not None:
         data = keep_classes(data, int(cfg["class_subset"]), numpy_rng(seed, "class_subset"))
     for split, labels in (("train", data.y_train), ("test", data.y_test)):

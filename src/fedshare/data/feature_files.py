@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from fedshare.data.dataset import Dataset
-from fedshare.data.datasets import LoadRequest, register_dataset
-from fedshare.data.files import npz_problem
+from fedshare.data.datasets import MAX_CLASSES, LoadRequest, register_dataset
+from fedshare.data.files import npz_problem, require_regular_file
 from fedshare.data.partition import register_partition
 from fedshare.data.sources import data_roots
 from fedshare.engine.checkpoint import torch_load_problem
@@ -56,6 +56,7 @@ def resolve_path(path: str, root: str | None) -> Path:
 
 def read_features_file(path: Path) -> dict[str, Any]:
     """The arrays of one file as a dict (tensors only from .pt files: weights_only loading)."""
+    require_regular_file(path)
     try:
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as arrays:
@@ -105,6 +106,11 @@ def load_one(path: Path) -> tuple[dict[str, torch.Tensor], int, list[str] | None
     top = max(int(y.max()) if len(y) else -1 for y in (out["y_train"], out["y_test"])) + 1
     declared = raw.get("num_classes")
     classes = int(np.asarray(declared)) if declared is not None else len(names or []) or top
+    if classes > MAX_CLASSES:
+        raise FedshareError(
+            f"features file {path} has {classes} classes (labels up to {top - 1}), more than "
+            f"the {MAX_CLASSES} a dataset may have; fix its labels or num_classes"
+        )
     if classes < top:
         raise FedshareError(
             f"features file {path} has labels up to {top - 1} but declares {classes} classes"

@@ -26,8 +26,18 @@ def gzip_problem(err: Exception) -> str:
     return f"damaged gzip data: {err}"
 
 
+def require_regular_file(path: Path) -> None:
+    """Refuse what is not a regular file (a FIFO would block the read forever, a device or a
+    folder is no dataset file), naming it."""
+    if Path(path).exists() and not Path(path).is_file():
+        raise FedshareError(
+            f"{path} is not a regular file (a pipe, device or folder); put the dataset's file there"
+        )
+
+
 def read_bytes(path: Path) -> bytes:
     """The contents of `path`, decompressed when its name ends in `.gz`."""
+    require_regular_file(path)
     if not str(path).endswith(".gz"):
         return Path(path).read_bytes()
     try:
@@ -56,6 +66,7 @@ def npz_problem(err: Exception) -> str:
 
 def read_npz(path: Path, fix: str = REDOWNLOAD) -> dict[str, np.ndarray]:
     """Every array of an `.npz` file (no pickled objects), or a FedshareError naming it."""
+    require_regular_file(path)
     try:
         with np.load(path, allow_pickle=False) as arrays:
             return {key: arrays[key] for key in arrays.files}
