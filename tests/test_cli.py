@@ -81,6 +81,11 @@ def test_experiment_preset_by_name(tmp_path):
         (["model=resnet20_cifar"], "model 'resnet20_cifar' expects"),
         (["strategy=fedpft", "rounds=3"], "one-shot"),
         (["resume=true"], "resume=true needs run_dir"),
+        (["strategy.scal=0.2"], "strategy 'fedavg' has no parameter 'scal'"),
+        (["eval.batch_size=0"], "eval.batch_size=0 is not valid"),
+        (["train.betas=[2,3]"], "train.betas=[2, 3] is not valid"),
+        (["data=synthetic", "data.dim=-1"], "data.dim=-1 is not valid"),
+        (["model=mlp", "model.hidden=[-5]"], "hidden=[-5] is not valid"),
     ],
 )
 def test_user_errors_give_one_clear_message(tmp_path, args, message):

@@ -14,6 +14,7 @@ from fedshare import simulate
 from fedshare.config import TrainConfig
 from fedshare.engine.resume import changed_keys
 from fedshare.errors import FedshareError
+from fedshare.results.atomic import png_complete
 from fedshare.results.rundir import read_metrics, summarize
 from fedshare.strategies import FedAvg, FedProx
 from helpers import digits_federation
@@ -188,3 +189,5 @@ def test_kill_9_leaves_every_file_readable(tmp_path):
             json.loads((out / name).read_text())
     state = torch.load(out / "checkpoint.pt", weights_only=True)
     assert state["rounds_completed"] >= 2
+    for name in ("partition.png", "curves.png"):  # written atomically: whole or absent
+        assert not (out / name).exists() or png_complete(out / name), name

@@ -173,3 +173,11 @@ def test_a_run_started_with_hydra_run_dir_resumes_with_it(tmp_path):
     proc = fedshare_run(*base, "rounds=2", "resume=true", f"hydra.run.dir={out}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
+
+
+def test_an_empty_run_dir_is_refused_and_the_current_folder_untouched(tmp_path):
+    (tmp_path / "config.yaml").write_text("my: own\n")
+    proc = fedshare_run(*FAST, "run_dir=", "overwrite=true", cwd=tmp_path)
+    assert proc.returncode == 2 and "run_dir= is empty" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+    assert (tmp_path / "config.yaml").read_text() == "my: own\n"

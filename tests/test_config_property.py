@@ -1,0 +1,84 @@
+"""Property: random values for any config keys are either accepted or refused with one
+sentence (a FedshareError, exit 2 from the command line, no folder) — never a traceback or a
+hang. The default tier checks and builds each drawn run in-process without training; the slow
+tier runs a few through the command line."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from fedshare.config import DataOptions, RunConfig
+from fedshare.errors import FedshareError
+from fedshare.preflight import check_command_line, compose_member
+from fedshare.run import build_simulation, config_dir
+from fedshare.validation import typed_fields
+from test_cli import fedshare_run
+from test_validation import override
+
+KEYS = sorted(typed_fields(RunConfig)) + sorted(f"data.{k}" for k in typed_fields(DataOptions))
+KEYS = [k for k in KEYS if k not in ("strategy", "data", "partition", "model", "data.name")]
+KEYS = [k for k in KEYS if k not in ("resume", "overwrite", "run_dir", "data.root")]
+"""Every typed key, but the ones that pick the folder or the data location (tested on their
+own) and the group choices (drawn below from their options)."""
+
+NUMBERS = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([0, 1, 2, -1, 2**64, 10**12]),
+    st.floats(allow_nan=True, allow_infinity=True, width=64),
+)
+SCALARS = st.one_of(NUMBERS, st.booleans(), st.none(), st.sampled_from(["abc", "", "auto"]))
+VALUES = st.one_of(SCALARS, st.lists(NUMBERS, max_size=3))
+CHOICES = {
+    "strategy": ["fedavg", "fedprox", "flea", "fedpft"],
+    "partition": ["iid", "dir0.1", "pat2"],
+    "model": ["auto", "mlp", "cnn_small"],
+}
+
+
+def drawn_args(data: Any) -> list[str]:
+    keys = data.draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=3, unique=True))
+    args = [("++" if k.startswith("data.") else "") + override(k, data.draw(VALUES)) for k in keys]
+    for group, options in CHOICES.items():
+        if data.draw(st.booleans()):
+            args.append(f"{group}={data.draw(st.sampled_from(options))}")
+    return args
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_random_values_are_accepted_or_refused_in_one_sentence(tmp_path_factory, data):
+    args = drawn_args(data)
+    root = str(config_dir())
+    try:
+        check_command_line(args, config_dir())
+        cfg = compose_member(args, root)
+        cfg.run_dir = str(tmp_path_factory.mktemp("run"))
+        build_simulation(cfg, Path(cfg.run_dir), {"partition": "iid"})
+    except FedshareError as err:
+        assert "\n" not in str(err), args
+        assert str(err).strip(), args
+    else:
+        assert OmegaConf.select(cfg, "strategy.name")
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_random_values_on_the_command_line_exit_0_or_2_with_no_folder(tmp_path_factory, data):
+    tmp = tmp_path_factory.mktemp("cli")
+    args = drawn_args(data)
+    out = tmp / "run"
+    fast = ["progress=false", "rounds=1", "clients.num=2", "data.train_subset=100"]
+    proc = fedshare_run(*fast, *args, f"run_dir={out}", cwd=tmp)
+    assert proc.returncode in (0, 2), (args, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr, args
+    if proc.returncode == 2:
+        assert len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+        assert not out.exists(), args
+    else:
+        assert json.loads((out / "summary.json").read_text())["status"] == "completed"
