@@ -330,7 +330,7 @@ def test_upload_only_phases_run_serially_without_the_warning(fed):
 
 
 def test_a_negative_chunk_is_refused(fed):
-    with pytest.raises(FedshareError, match=r"train\.batched=-1 must be >= 0"):
+    with pytest.raises(FedshareError, match=r"train\.batched=-1 is not valid"):
         run(fed, "fedavg", "cnn_small", SGD, -1)
 
 

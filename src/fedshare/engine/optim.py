@@ -23,24 +23,6 @@ def learning_rate(cfg: TrainConfig, round_idx: int) -> float:
     return max(lr, cfg.lr_floor)
 
 
-def check_train_config(cfg: TrainConfig) -> None:
-    if cfg.optimizer not in OPTIMIZERS:
-        raise FedshareError(choices_message("train.optimizer", cfg.optimizer, list(OPTIMIZERS)))
-    if cfg.lr_schedule not in SCHEDULES:
-        raise FedshareError(choices_message("train.lr_schedule", cfg.lr_schedule, list(SCHEDULES)))
-    if cfg.lr <= 0:
-        raise FedshareError(f"train.lr={cfg.lr} must be positive")
-    if cfg.batched < 0:
-        raise FedshareError(f"train.batched={cfg.batched} must be >= 0 (0 or 1 = serial clients)")
-    if cfg.batch_size < 1:
-        raise FedshareError(f"train.batch_size={cfg.batch_size} must be >= 1")
-    if cfg.local_epochs < 1:
-        raise FedshareError(
-            f"train.local_epochs={cfg.local_epochs} must be >= 1 (a run that shares without "
-            f"training: strategy.server_epochs=0 for the one-shot server strategies)"
-        )
-
-
 def make_optimizer(
     params: Iterable[torch.nn.Parameter], cfg: TrainConfig, lr: float
 ) -> torch.optim.Optimizer:

@@ -40,7 +40,7 @@ from fedshare.engine.client_state import ClientStates
 from fedshare.engine.evaluation import evaluate
 from fedshare.engine.kept_messages import Inboxes, KeptMessages
 from fedshare.engine.memory import peak_memory
-from fedshare.engine.optim import check_train_config, learning_rate
+from fedshare.engine.optim import learning_rate
 from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
 from fedshare.engine.resume import check_same_run, check_saved_rounds
 from fedshare.engine.rng import seed_global_torch
@@ -149,13 +149,8 @@ class Simulation:
         """`record` is the resolved config that `config.yaml` records and a resume must match
         (default: the simulation settings, `meta` and the strategy's parameters); with
         `overwrite`, a previous run's files in `run_dir` are deleted instead of refused."""
-        check_simulation_config(config)
-        check_train_config(config.train)
-        if config.rounds < 1:
-            raise FedshareError(f"rounds={config.rounds} must be at least 1")
+        check_simulation_config(config)  # every key's type and range (fedshare.validation)
         resolve_rounds(config.rounds, strategy)  # a one-shot strategy refuses rounds != 1
-        if config.eval.every < 1:
-            raise FedshareError(f"eval.every={config.eval.every} must be at least 1")
         if len(data.dataset.y_test) == 0:
             raise FedshareError(
                 f"the test set of {data.dataset.name} is empty: an accuracy over zero samples is "
