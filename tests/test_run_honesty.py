@@ -72,6 +72,13 @@ def test_the_summary_counts_only_the_rounds_that_were_saved(tmp_path):
     assert summary["rounds_completed"] == 1 and summary["final_accuracy"] is not None
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1]
     assert torch.load(out / "checkpoint.pt", weights_only=True)["rounds_completed"] == 1
+    # interrupted in a user's callback, after round 2 was logged and checkpointed: all say 2
+    late = tmp_path / "late"
+    with pytest.raises(KeyboardInterrupt):
+        run(late, rounds=3, callbacks=[raise_at(2, KeyboardInterrupt())])
+    assert summary_of(late)["rounds_completed"] == 2
+    assert [r["round"] for r in read_metrics(late / "metrics.jsonl")] == [1, 2]
+    assert torch.load(late / "checkpoint.pt", weights_only=True)["rounds_completed"] == 2
 
 
 @pytest.mark.parametrize(("edit", "message"), [(100, "says 100 rounds"), (0, "says 0 rounds")])

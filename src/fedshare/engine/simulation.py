@@ -572,7 +572,8 @@ class Simulation:
         self._setup(state)
         cfg = self.config
         self._start = time.perf_counter()
-        callbacks = [MetricsLog(), Checkpoints(cfg.checkpoint.every), ProgressBar()]
+        saver = Checkpoints(cfg.checkpoint.every)
+        callbacks = [MetricsLog(), saver, ProgressBar()]
         callbacks += [as_callback(c) for c in self.callbacks]
         try:
             for callback in callbacks:
@@ -584,8 +585,11 @@ class Simulation:
                 if self.rounds_completed % cfg.eval.every == 0 or round_idx == cfg.rounds - 1:
                     record = self._evaluate(info)
                     self.history.append(record)
-                stops = [callback.on_round_end(self, record) for callback in callbacks]
-                self.rounds_recorded = self.rounds_completed
+                stops = []
+                for callback in callbacks:
+                    stops.append(callback.on_round_end(self, record))
+                    if callback is saver:  # the round's metrics line and checkpoint are written
+                        self.rounds_recorded = self.rounds_completed
                 if any(stops):
                     self.status = "stopped"
                     break
