@@ -83,7 +83,7 @@ def test_experiment_preset_by_name(tmp_path):
         (["resume=true"], "resume=true needs run_dir"),
         (["strategy.scal=0.2"], "strategy 'fedavg' has no parameter 'scal'"),
         (["eval.batch_size=0"], "eval.batch_size=0 is not valid"),
-        (["train.betas=[2,3]"], "train.betas=[2, 3] is not valid"),
+        (["train.betas=[2,3]"], "train.betas=[2.0, 3.0] is not valid"),
         (["data=synthetic", "data.dim=-1"], "data.dim=-1 is not valid"),
         (["model=mlp", "model.hidden=[-5]"], "hidden=[-5] is not valid"),
     ],
