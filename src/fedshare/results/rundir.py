@@ -85,7 +85,8 @@ class RunDirectory:
             raise FedshareError(
                 f"overwrite=true but the {', '.join(found)} in {self.path} were not written by "
                 f"a fedshare run (it has no {MARKER} marker), so nothing is deleted; choose "
-                f"another run_dir"
+                f"another run_dir (a run of a fedshare older than the marker: create an empty "
+                f"{MARKER} file there to allow overwrite)"
             )
         for name in found:
             (self.path / name).unlink()
