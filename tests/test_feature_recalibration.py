@@ -1,12 +1,12 @@
-"""CCVR (FLea's paper form, flea.md §5 and §8 item 21): FedAvg, then a classifier re-fitted on the
-server from uploaded head-input features after the last round."""
+"""Feature re-calibration (FLea's "CCVR" row, flea.md §5 and §8 item 21): FedAvg, then a classifier
+re-fitted on the server from uploaded head-input features after the last round."""
 
 import pytest
 import torch
 
 from fedshare import simulate
 from fedshare.errors import FedshareError
-from fedshare.strategies import CCVR, FedAvg
+from fedshare.strategies import FeatureRecalibration, FedAvg
 from helpers import DIGITS_TRAIN, digits_federation
 
 SKEWED = {"name": "pathological", "classes_per_client": 2, "per_class": 60}
@@ -18,29 +18,29 @@ def run(strategy, rounds=3, seed=0):
 
 
 def test_without_calibration_epochs_it_is_fedavg_plus_the_counted_features():
-    ccvr, fedavg = run(CCVR(calibration_epochs=0)), run(FedAvg())
+    recal, fedavg = run(FeatureRecalibration(calibration_epochs=0)), run(FedAvg())
     for a, b in zip(
-        ccvr.strategy.model.parameters(), fedavg.strategy.model.parameters(), strict=True
+        recal.strategy.model.parameters(), fedavg.strategy.model.parameters(), strict=True
     ):
         assert torch.equal(a, b)
-    assert ccvr.accuracies == fedavg.accuracies
+    assert recal.accuracies == fedavg.accuracies
     # 10 % of each client's 120 samples: 12 features of 128 floats and 12 int16 labels
     features = 10 * 12 * (128 * 4 + 2)
-    assert ccvr.summary["bytes_shared"] == features
+    assert recal.summary["bytes_shared"] == features
     model = fedavg.summary["bytes_down"] // (3 * 10)  # 3 rounds × 10 clients
-    assert ccvr.summary["bytes_down"] - fedavg.summary["bytes_down"] == 10 * model  # all, once
-    assert ccvr.summary["bytes_up"] - fedavg.summary["bytes_up"] == features
+    assert recal.summary["bytes_down"] - fedavg.summary["bytes_down"] == 10 * model  # all, once
+    assert recal.summary["bytes_up"] - fedavg.summary["bytes_up"] == features
 
 
 def test_the_server_refits_the_head_after_the_last_round_only():
-    ccvr, fedavg = run(CCVR()), run(FedAvg())
-    assert ccvr.accuracies[:-1] == fedavg.accuracies[:-1]
-    assert "calibration_features" not in ccvr.history[0]
-    last = ccvr.history[-1]
+    recal, fedavg = run(FeatureRecalibration()), run(FedAvg())
+    assert recal.accuracies[:-1] == fedavg.accuracies[:-1]
+    assert "calibration_features" not in recal.history[0]
+    last = recal.history[-1]
     assert last["calibration_features"] == 120
     assert last["calibration_feature_accuracy_after"] > last["calibration_feature_accuracy_before"]
 
 
 def test_bad_settings_name_the_value():
     with pytest.raises(FedshareError, match=r"share_fraction=0 must be in \(0, 1\]"):
-        CCVR(share_fraction=0)
+        FeatureRecalibration(share_fraction=0)

@@ -123,7 +123,8 @@ class CCVR(FedAvg):
         if pooled is None:
             return
         gen = torch_generator(self.config.seed, "ccvr/virtual", device=self.device)
-        x, y = sample_virtual_features(pooled.result(), self.virtual_per_class, gen)
+        self.class_gaussians = pooled.result()
+        x, y = sample_virtual_features(self.class_gaussians, self.virtual_per_class, gen)
         require_body(self.model, "ccvr")
         head = self.model.head
         before = head_accuracy(head, x, y)

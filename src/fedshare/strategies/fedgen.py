@@ -40,7 +40,7 @@ from fedshare.engine.flat import FlatState
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.errors import FedshareError
 from fedshare.functional.generative import diversity_loss, ensemble_cross_entropy
-from fedshare.models.base import require_body
+from fedshare.models.base import feature_width, require_body
 from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import ClientSetup, Message, SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
@@ -73,17 +73,6 @@ class LatentGenerator(nn.Module):
         return self(y, noise), y, noise
 
 
-def latent_dim(model: nn.Module, input_shape: tuple[int, ...]) -> int:
-    """The size of the head's input, from one dummy input in eval mode."""
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        device = next(model.parameters()).device
-        dim = model.features(torch.zeros(1, *input_shape, device=device)).flatten(1).shape[1]
-    model.train(was_training)
-    return int(dim)
-
-
 def head_prefix(model: nn.Module) -> str:
     """The state-dict prefix of the model's head block."""
     return next(name for name, m in model.named_modules() if m is model.head) + "."
@@ -113,7 +102,7 @@ class FedGen(FedAvg):
             raise FedshareError(f"strategy.generator_lr={self.generator_lr} must be positive")
 
     def _generator(self, model: nn.Module, num_classes: int, shape: tuple, seed: int) -> nn.Module:
-        dim = latent_dim(model, tuple(shape))
+        dim = feature_width(model, shape)
         seed_global_torch(seed, "fedgen/latent_generator")  # the same initial G on both sides
         return LatentGenerator(num_classes, self.noise_dim, self.hidden, dim)
 
@@ -214,9 +203,9 @@ class FedGen(FedAvg):
             return
         round_counts = torch.stack(counts)
         self.label_totals += round_counts.sum(0)
+        self.trained = True  # broadcast from now on (as initialised when generator_steps=0)
         if self.generator_steps:
             self.generator_loss = self.train_generator(heads, round_counts, round_idx)
-            self.trained = True
             self.round_metrics["generator_loss"] = self.generator_loss
 
     def head_params(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
