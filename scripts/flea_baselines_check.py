@@ -6,8 +6,10 @@ FLea's "FedGen" = fedgen_input; their FLea values) and the papers' own CCVR and 
 
     python scripts/flea_baselines_check.py                    # every method
     python scripts/flea_baselines_check.py ccvr fedgen        # some
+    python scripts/flea_baselines_check.py 'feature_recalibration={"share_fraction": 1.0}'
 """
 
+import json
 import sys
 import time
 
@@ -32,12 +34,15 @@ METHODS = (
 torch.set_num_threads(1)
 partition = {"name": "pathological", "classes_per_client": 2, "per_class": 80}
 train = {"local_epochs": 2, "batch_size": 32, "lr": 0.05, "momentum": 0.9}
-for name in sys.argv[1:] or METHODS:
+EXPOSURE = ("shared_single_features", "statistic_groups", "smallest_statistic_group")
+for arg in sys.argv[1:] or METHODS:
+    name, _, given = arg.partition("=")  # method, or method={JSON parameters}
+    params = json.loads(given) if given else PARAMS.get(name)
     finals, bests, start = [], [], time.time()
     for seed in (0, 1, 2):
         fed = federate(load_dataset({"name": "digits"}, seed=seed), partition, 10, seed)
         result = simulate(
-            make_strategy(name, PARAMS.get(name)),
+            make_strategy(name, params),
             fed,
             "cnn_small",
             rounds=20,
@@ -49,7 +54,8 @@ for name in sys.argv[1:] or METHODS:
         bests.append(round(result.best_accuracy, 1))
     mean = sum(finals) / len(finals)
     shared = result.summary["bytes_shared"]  # the last seed's
+    exposure = {k: result.summary[k] for k in EXPOSURE if k in result.summary}
     print(
-        f"{name}: final {finals} (mean {mean:.1f}), best {bests}, "
-        f"{time.time() - start:.0f} s, bytes_shared {shared}"
+        f"{arg}: final {finals} (mean {mean:.1f}), best {bests}, "
+        f"{time.time() - start:.0f} s, bytes_shared {shared} {exposure}"
     )
