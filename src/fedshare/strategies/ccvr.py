@@ -74,6 +74,8 @@ class CCVR(FedAvg):
         require_body(ctx.model, "ccvr")
         super().setup(ctx)
         self.group_sizes: list[int] = []
+        self.class_gaussians: ClassStatistics | None = None
+        """The pooled per-class statistics of the last calibration (for inspection)."""
 
     def phases(self) -> list[Phase]:
         calibrate = Phase(
@@ -125,7 +127,6 @@ class CCVR(FedAvg):
         gen = torch_generator(self.config.seed, "ccvr/virtual", device=self.device)
         self.class_gaussians = pooled.result()
         x, y = sample_virtual_features(self.class_gaussians, self.virtual_per_class, gen)
-        require_body(self.model, "ccvr")
         head = self.model.head
         before = head_accuracy(head, x, y)
         optimizer = torch.optim.Adam(head.parameters(), lr=self.calibration_lr)
