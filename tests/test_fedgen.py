@@ -46,8 +46,9 @@ def test_the_server_trains_the_generator_towards_what_the_weighted_heads_call_it
     the client that holds it."""
     fed = digits_federation(SKEWED, 10, 0)
     params = {"generator_steps": 0, "generator_lr": 1e-2}
-    strategy = simulate(FedGen(**params), fed, "cnn_small", rounds=1, seed=0,
-                        train=DIGITS_TRAIN).strategy  # fmt: skip
+    strategy = simulate(
+        FedGen(**params), fed, "cnn_small", rounds=1, seed=0, train=DIGITS_TRAIN
+    ).strategy
     strategy.generator_steps = 300
     torch.manual_seed(0)
     heads = [torch.nn.Linear(128, 10), torch.nn.Linear(128, 10)]
@@ -57,8 +58,9 @@ def test_the_server_trains_the_generator_towards_what_the_weighted_heads_call_it
         model = copy.deepcopy(strategy.model)
         model.head.load_state_dict(head.state_dict())  # cnn_small's head is one Linear
         counts = (held * 60).to(torch.int32)
-        updates.append(Update(k, 300, weights=strategy.flat.flatten(model),
-                              payload={"label_counts": counts}))  # fmt: skip
+        updates.append(
+            Update(k, 300, weights=strategy.flat.flatten(model), payload={"label_counts": counts})
+        )
     strategy.aggregate(iter(updates), 1)
     generator = strategy.generator.eval()
     with torch.no_grad():
@@ -102,13 +104,15 @@ def test_generated_features_enter_the_heads_loss_alone():
 
 def test_clients_draw_labels_from_the_received_prior_and_features_for_those_labels():
     fed = digits_federation(SKEWED, 10, 0)
-    result = simulate(FedGen(generator_steps=2), fed, "cnn_small", rounds=2, seed=0,
-                      train=DIGITS_TRAIN)  # fmt: skip
+    result = simulate(
+        FedGen(generator_steps=2), fed, "cnn_small", rounds=2, seed=0, train=DIGITS_TRAIN
+    )
     strategy = result.strategy
     message = strategy.broadcast(2)
     prior = message.payload["label_prior"]
-    counts = torch.stack([torch.bincount(fed.dataset.y_train[i], minlength=10)
-                          for i in fed.client_indices])  # fmt: skip
+    counts = torch.stack(
+        [torch.bincount(fed.dataset.y_train[i], minlength=10) for i in fed.client_indices]
+    )
     torch.testing.assert_close(prior, counts.sum(0).float() / counts.sum())  # all counts seen
     only = torch.zeros(10)
     only[3] = 1.0
@@ -123,7 +127,7 @@ def test_clients_draw_labels_from_the_received_prior_and_features_for_those_labe
         def batches(self):
             return iter([(torch.zeros(4, 1, 8, 8), torch.zeros(4, dtype=torch.long))])
 
-    (_, _, z, y_gen), = strategy.generated_batches(OneClient(), message)  # fmt: skip
+    ((_, _, z, y_gen),) = strategy.generated_batches(OneClient(), message)
     assert y_gen.tolist() == [3, 3, 3, 3]
     generator = strategy.generator.eval()
     gen = torch.Generator().manual_seed(5)
@@ -134,10 +138,17 @@ def test_clients_draw_labels_from_the_received_prior_and_features_for_those_labe
 
 def test_round_zero_is_fedavg_and_counts_and_generator_are_counted():
     fed = digits_federation(SKEWED, 10, 0)
-    fedgen = simulate(FedGen(generator_steps=3), fed, "cnn_small", rounds=3, seed=0,
-                      train=DIGITS_TRAIN)  # fmt: skip
-    fedavg = simulate(FedAvg(), digits_federation(SKEWED, 10, 0), "cnn_small", rounds=3, seed=0,
-                      train=DIGITS_TRAIN)  # fmt: skip
+    fedgen = simulate(
+        FedGen(generator_steps=3), fed, "cnn_small", rounds=3, seed=0, train=DIGITS_TRAIN
+    )
+    fedavg = simulate(
+        FedAvg(),
+        digits_federation(SKEWED, 10, 0),
+        "cnn_small",
+        rounds=3,
+        seed=0,
+        train=DIGITS_TRAIN,
+    )
     assert fedgen.accuracies[0] == fedavg.accuracies[0]
     assert fedgen.accuracies[1:] != fedavg.accuracies[1:]
     clients = 10  # full participation, the default
@@ -157,8 +168,16 @@ def test_bad_settings_name_the_value():
 def test_resume_equals_the_uninterrupted_run(tmp_path):
     def run(rounds, run_dir, resume=False):
         fed = digits_federation(SKEWED, 10, 0)
-        return simulate(FedGen(generator_steps=3), fed, "cnn_small", rounds=rounds, seed=0,
-                        train=DIGITS_TRAIN, run_dir=run_dir, resume=resume)  # fmt: skip
+        return simulate(
+            FedGen(generator_steps=3),
+            fed,
+            "cnn_small",
+            rounds=rounds,
+            seed=0,
+            train=DIGITS_TRAIN,
+            run_dir=run_dir,
+            resume=resume,
+        )
 
     full = run(3, tmp_path / "full")
     run(2, tmp_path / "cut")
