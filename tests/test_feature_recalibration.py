@@ -6,6 +6,7 @@ import torch
 
 from fedshare import simulate
 from fedshare.errors import FedshareError
+from fedshare.paper.compare import method_overrides
 from fedshare.strategies import FeatureRecalibration, FedAvg
 from helpers import DIGITS_TRAIN, digits_federation
 
@@ -44,3 +45,10 @@ def test_the_server_refits_the_head_after_the_last_round_only():
 def test_bad_settings_name_the_value():
     with pytest.raises(FedshareError, match=r"share_fraction=0 must be in \(0, 1\]"):
         FeatureRecalibration(share_fraction=0)
+
+
+def test_fleas_table_runs_its_ccvr_and_fedgen_rows_as_flea_describes_them():
+    """FLea's App. C.3: its CCVR fits the features themselves and its FedGen generates inputs
+    (docs/flea.md); the papers' own methods are `ccvr` and `fedgen`."""
+    assert method_overrides("flea", "ccvr") == ["strategy=feature_recalibration"]
+    assert method_overrides("flea", "fedgen") == ["strategy=fedgen_input"]
