@@ -4,8 +4,8 @@ run and a mean ± std table.
 
     python scripts/flea_cpu_checks.py accuracy --partition qua3 --seeds 0 1 2
     python scripts/flea_cpu_checks.py privacy --seeds 0 1 2
-    python scripts/flea_cpu_checks.py accuracy --methods fedavg fedprox fedgen \
-        --params '{"fedprox": {"mu": 0.001}, "fedgen": {"warmup_rounds": 12}}'
+    python scripts/flea_cpu_checks.py accuracy --methods fedavg fedprox fedgen_input \
+        --params '{"fedprox": {"mu": 0.001}, "fedgen_input": {"warmup_rounds": 12}}'
 """
 
 import argparse

@@ -131,7 +131,8 @@ def test_batched_clients_honour_amp(fed):
         ("feddata", {"share_fraction": 0.1}),
         # generator_steps=0: the generator stays as initialised, so the client step is compared
         # alone (server-side Adam on the generator would amplify round 1's rounding)
-        ("fedgen", {"warmup_rounds": 1, "generator_steps": 0}),
+        ("fedgen_input", {"warmup_rounds": 1, "generator_steps": 0}),
+        ("fedgen", {"generator_steps": 0}),
     ],
     ids=[
         "fedlc",
@@ -141,6 +142,7 @@ def test_batched_clients_honour_amp(fed):
         "fedmix",
         "fedmix-local-ce",
         "feddata",
+        "fedgen_input",
         "fedgen",
     ],
 )
@@ -149,7 +151,8 @@ def test_strategies_with_their_own_local_loss_run_batched(fed, strategy, params)
     `client_inputs` per client), distillation from the frozen global model (FedNTD), batches
     mixed with the shared means (FedMix: each client's own stream of mixed batches), local
     data joined with the shared pool (FedData) and samples of the received generator drawn
-    from each client's own stream (FedGen, after its one-round warm-up): equal to the serial
+    from each client's own stream (FedGen's latents from round 1, the input-space form after
+    its one-round warm-up): equal to the serial
     run, and not FedAvg's (the loss or data is applied)."""
     serial = run(fed, strategy, "cnn_small", SGD, 0, **params)
     with warnings.catch_warnings():

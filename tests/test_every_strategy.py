@@ -86,6 +86,8 @@ NEEDS_BODY = {
         "feddecorr",
         "fedaa",
         "ccvr",
+        "feature_recalibration",
+        "fedgen",
         "fedbr",
     )
 }
@@ -104,7 +106,7 @@ NOT_YET_ABOVE_CHANCE = (
             "uci_har",
         )
     }
-    | {("fedmix", "fsdd"), ("fedgen", "fsdd")}
+    | {("fedmix", "fsdd"), ("fedgen_input", "fsdd")}
     | {(s, "fsdd") for s in ON_FEATURES}
 )
 """Pairs held to a finite loss only. DP-FedPFT: its noise at ε = 1 on ~50 samples per class can
@@ -114,10 +116,11 @@ falls slowly: 2.29 -> 2.27); an open finding, not a tolerance. Heads on random-R
 of FSDD's spectrograms: best 11.7–17.3 % over seeds 0–2 for ensemble, oneshot_avg, fedpft and kd
 (128-d; 512-d is no better), against 18.7–24.3 % for FedAvg on the spectrograms: the random map
 keeps little linear class information of unnormalised dB values (these methods need a
-pretrained backbone's features, as their papers use). FedGen on FSDD with the matrix's one-round
-warm-up: 13.7 % (seed 0) — its generator learns against a round-0 model still at chance, and
-its uniformly labelled inputs then pull the clients towards uniform predictions; FedGen's
-30-round warm-up exists for this (the FedAvg rounds before it match FedAvg exactly, a test)."""
+pretrained backbone's features, as their papers use). FLea's input-space FedGen on FSDD with
+the matrix's one-round warm-up: 13.7 % (seed 0) — its generator learns against a round-0 model
+still at chance, and its uniformly labelled inputs then pull the clients towards uniform
+predictions; its 30-round warm-up exists for this (the FedAvg rounds before it match FedAvg
+exactly, a test)."""
 
 
 SHORT_BUDGET = {
@@ -128,12 +131,13 @@ SHORT_BUDGET = {
         "identifier_epochs": 2,
         "identifier_hidden": 64,
     },
-    "fedgen": {"warmup_rounds": 1, "generator_steps": 10},
+    "fedgen_input": {"warmup_rounds": 1, "generator_steps": 10},
 }
 """Server-side work that the matrix shortens like the local epochs: FedAA's defaults synthesise
 32 inputs per (client, label) with 100 L-BFGS iterations and fine-tune each model 10 epochs on
-them, about a minute a round on these iid clients of 10 labels (its own tests check it). FedGen
-warms up for one round instead of 30, so that its generator is trained and used here."""
+them, about a minute a round on these iid clients of 10 labels (its own tests check it).
+FLea's input-space FedGen warms up for one round instead of 30, so that its generator is
+trained and used here."""
 
 
 def load(name: str, features: bool = False) -> Dataset:

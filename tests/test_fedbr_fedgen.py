@@ -1,5 +1,6 @@
-"""FedBR and FedGen (FLea's baselines, specs/flea.md §5 and §8 item 26): what crosses the network,
-their losses, the switches that reduce them to FedAvg, state and resume."""
+"""FedBR and FLea's input-space FedGen (`fedgen_input`; FLea's baselines, specs/flea.md §5 and
+§8 item 26): what crosses the network, their losses, the switches that reduce them to FedAvg,
+state and resume."""
 
 import math
 
@@ -7,9 +8,10 @@ import pytest
 import torch
 
 from fedshare import simulate
+from fedshare.functional.generative import diversity_loss
 from fedshare.strategies import make_strategy
 from fedshare.strategies.fedbr import log_p_positive
-from fedshare.strategies.fedgen import Generator, diversity_loss
+from fedshare.strategies.fedgen_input import Generator
 from helpers import DIGITS_TRAIN, digits_federation
 
 CLIENTS = 10
@@ -100,15 +102,15 @@ def test_fedbr_refuses_bad_values():
 
 
 # --------------------------------------------------------------------------- FedGen
-def test_fedgen_is_fedavg_during_its_warm_up():
+def test_fedgen_input_is_fedavg_during_its_warm_up():
     base = run("fedavg")
-    same = run("fedgen", {"warmup_rounds": 3})
+    same = run("fedgen_input", {"warmup_rounds": 3})
     assert accuracies(same) == accuracies(base)
     assert same.summary["bytes_shared"] == 0
 
 
-def test_fedgen_sends_the_generator_with_every_broadcast_after_warm_up():
-    result = run("fedgen", {"warmup_rounds": 1, "generator_steps": 5}, rounds=3)
+def test_fedgen_input_sends_the_generator_with_every_broadcast_after_warm_up():
+    result = run("fedgen_input", {"warmup_rounds": 1, "generator_steps": 5}, rounds=3)
     params = result.summary["generator_params"]
     generator_bytes = sum(
         t.numel() * 4
@@ -123,11 +125,11 @@ def test_fedgen_sends_the_generator_with_every_broadcast_after_warm_up():
     assert all("generator_loss" in r for r in rounds)  # trained after every aggregation from 0
 
 
-def test_fedgen_server_training_makes_the_global_model_recognise_the_generated_labels():
+def test_fedgen_input_server_training_makes_the_global_model_recognise_the_generated_labels():
     """L_G's cross-entropy term: after training against a trained global model, that model
     labels the generated inputs as their conditioning labels far above chance."""
     params = {"warmup_rounds": 100, "generator_steps": 200, "diversity_weight": 0.0}
-    strat = run("fedgen", params, rounds=4).strategy  # FedAvg so far: G untrained
+    strat = run("fedgen_input", params, rounds=4).strategy  # FedAvg so far: G untrained
 
     def agreement() -> float:
         gen = torch.Generator().manual_seed(1)
@@ -141,7 +143,7 @@ def test_fedgen_server_training_makes_the_global_model_recognise_the_generated_l
     assert agreement() > max(0.8, before + 0.3)
 
 
-def test_fedgen_generator_shapes_and_diversity_loss():
+def test_fedgen_input_generator_shapes_and_diversity_loss():
     gen = torch.Generator().manual_seed(0)
     for shape in [(1, 8, 8), (3, 32, 32), (1, 128, 3), (20,)]:
         g = Generator(10, 32, shape, 8).eval()
@@ -155,9 +157,9 @@ def test_fedgen_generator_shapes_and_diversity_loss():
     assert float(diversity_loss(torch.randn(6, 5, generator=gen), z)) < 1.0
 
 
-def test_fedgen_resume_equals_the_uninterrupted_run(tmp_path):
+def test_fedgen_input_resume_equals_the_uninterrupted_run(tmp_path):
     params = {"warmup_rounds": 1, "generator_steps": 5}
-    full = run("fedgen", params, rounds=4, run_dir=tmp_path / "full")
-    run("fedgen", params, rounds=2, run_dir=tmp_path / "cut")
-    resumed = run("fedgen", params, rounds=4, run_dir=tmp_path / "cut", resume=True)
+    full = run("fedgen_input", params, rounds=4, run_dir=tmp_path / "full")
+    run("fedgen_input", params, rounds=2, run_dir=tmp_path / "cut")
+    resumed = run("fedgen_input", params, rounds=4, run_dir=tmp_path / "cut", resume=True)
     assert accuracies(resumed) == accuracies(full)

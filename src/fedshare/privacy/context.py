@@ -157,7 +157,7 @@ def _view(
     return lambda e: activations(model, prepared(e)[:, 0], layer).flatten(1)
 
 
-SHARING = "flea, fedmix, fedbr, feddata, ccvr"
+SHARING = "flea, fedmix, fedbr, feddata, feature_recalibration"
 
 
 def check_run_attack(

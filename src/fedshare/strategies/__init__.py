@@ -15,6 +15,7 @@ from fedshare.strategies.ccvr import CCVR
 from fedshare.strategies.centralized import Centralized
 from fedshare.strategies.dsfl import DSFL
 from fedshare.strategies.ensemble import Ensemble
+from fedshare.strategies.feature_recalibration import FeatureRecalibration
 from fedshare.strategies.fedaa import FedAA
 from fedshare.strategies.fedavg import FedAvg
 from fedshare.strategies.fedavg_ft import FedAvgFT
@@ -26,6 +27,7 @@ from fedshare.strategies.feddata import FedData
 from fedshare.strategies.feddecorr import FedDecorr
 from fedshare.strategies.feddyn import FedDyn
 from fedshare.strategies.fedgen import FedGen
+from fedshare.strategies.fedgen_input import FedGenInput
 from fedshare.strategies.fedkt import FedKT
 from fedshare.strategies.fedlc import FedLC
 from fedshare.strategies.fedmix import FedMix
@@ -54,6 +56,7 @@ __all__ = [
     "DPFedPFT",
     "Ensemble",
     "FLea",
+    "FeatureRecalibration",
     "FedAA",
     "FedAdam",
     "FedAvg",
@@ -66,6 +69,7 @@ __all__ = [
     "FedDecorr",
     "FedDyn",
     "FedGen",
+    "FedGenInput",
     "FedKT",
     "FedLC",
     "FedMix",

@@ -1,18 +1,23 @@
-"""CCVR as FLea's Table 1 runs it (Luo et al., NeurIPS 2021, "No Fear of Heterogeneity:
-Classifier Calibration for Federated Learning"; spec: shared/specs/flea.md §5 and §8 item 21).
+"""CCVR (Luo et al., NeurIPS 2021, "No Fear of Heterogeneity: Classifier Calibration for Federated
+Learning with Non-IID Data", §4, Algorithm 1): Classifier Calibration with Virtual
+Representations, after FedAvg.
 
-FedAvg for every round; after the last round's aggregation a `calibrate` phase sends the
-global model to every client, each client uploads the features at the head's input (`features`,
-the frozen extractor in eval mode) of a random `share_fraction` of its samples with their labels
-(counted as shared bytes), and the server re-trains the linear head on them: Adam, lr 1e-4,
-20 epochs (FLea's code values), from the FedAvg head. The last round is evaluated with the
-calibrated head.
+FedAvg for every round; after the last round's aggregation a `calibrate` phase sends the global
+model to every client. Client k runs the frozen extractor (the model's `features`, the head's
+input, eval mode) on all its samples and uploads, for every class c it holds, N_{c,k}, the mean
+μ_{c,k} and the unbiased covariance Σ_{c,k} (float32; the covariance's upper triangle only, it is
+symmetric), counted as shared bytes. The server pools them exactly into μ_c, Σ_c (the paper's
+Eqs. for the global mean and covariance, `fedshare.functional.class_gaussians`), draws
+`virtual_per_class` (the paper's M_c) virtual representations of every class from N(μ_c, Σ_c),
+and re-trains the classifier (the model's `head`, from the FedAvg head) on them by cross-entropy;
+the last round is evaluated with the calibrated head.
 
-FLea's paper form: the features themselves ("the same amount of features as FLea": 10 % of each
-client's data, FLea's α), not CCVR's Gaussians fitted to per-class feature statistics, which
-FLea calls an upper bound for CCVR; its script instead fine-tunes the whole model on shared raw
-inputs, which this strategy does not do (the spec follows the paper). With
-`calibration_epochs=0` the run is FedAvg exactly (plus the counted feature upload).
+Open choices (the paper's implementation details are not in the spec): M_c = 100 for every
+class and the re-training optimiser (Adam, lr 1e-3, 10 epochs, batch 32). `calibration_epochs=0`
+is FedAvg exactly plus the counted upload (a test). What it exposes: statistics of groups of
+inputs, not single inputs, except a (client, class) with one sample, whose "mean" is that
+input's feature; the summary counts them (`single_sample_statistics`) and reports the smallest
+group (`smallest_statistic_group`).
 """
 
 from collections.abc import Iterable
@@ -26,42 +31,57 @@ from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
 from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError
+from fedshare.functional.class_gaussians import (
+    ClassStatistics,
+    PooledClassGaussians,
+    class_statistics,
+    pack_symmetric,
+    sample_virtual_features,
+    unpack_symmetric,
+)
 from fedshare.models.base import require_body
 from fedshare.strategies._feature_heads import extract, head_accuracy
 from fedshare.strategies.base import Message, Phase, SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
-FEATURES, LABELS = "features", "labels"
+CLASSES, COUNTS, MEANS, COVARIANCES = "classes", "counts", "means", "covariances"
 
 
 @register_strategy("ccvr")
 @dataclass
 class CCVR(FedAvg):
-    """FedAvg, then the server re-fits the classifier on uploaded features (module docstring)."""
+    """FedAvg, then the head re-trained on virtual features from pooled class Gaussians."""
 
-    share_fraction: float = 0.1
-    calibration_epochs: int = 20
-    calibration_lr: float = 1e-4
+    virtual_per_class: int = 100
+    calibration_epochs: int = 10
+    calibration_lr: float = 1e-3
     calibration_batch_size: int = 32
 
     def __post_init__(self) -> None:
-        if not 0 < self.share_fraction <= 1:
-            raise FedshareError(f"strategy.share_fraction={self.share_fraction} must be in (0, 1]")
-        if self.calibration_epochs < 0 or self.calibration_batch_size < 1:
+        if self.virtual_per_class < 1 or self.calibration_batch_size < 1:
             raise FedshareError(
-                f"strategy.calibration_epochs={self.calibration_epochs} must be >= 0 and "
-                f"strategy.calibration_batch_size={self.calibration_batch_size} >= 1"
+                f"strategy.virtual_per_class={self.virtual_per_class} and "
+                f"strategy.calibration_batch_size={self.calibration_batch_size} must be >= 1"
             )
+        if self.calibration_epochs < 0:
+            raise FedshareError(
+                f"strategy.calibration_epochs={self.calibration_epochs} must be >= 0"
+            )
+        if self.calibration_lr <= 0:
+            raise FedshareError(f"strategy.calibration_lr={self.calibration_lr} must be positive")
 
     def setup(self, ctx: SetupContext) -> None:
         require_body(ctx.model, "ccvr")
         super().setup(ctx)
+        self.group_sizes: list[int] = []
+        self.class_gaussians: ClassStatistics | None = None
+        """The pooled per-class statistics of the last calibration (for inspection)."""
 
     def phases(self) -> list[Phase]:
         calibrate = Phase(
             "calibrate",
             self.broadcast,
-            self.feature_step,
+            self.statistics_step,
             self.calibrate,
             participants=self.after_training,
             trains=False,
@@ -72,37 +92,59 @@ class CCVR(FedAvg):
         """Every client, once, after the last round's aggregation."""
         return list(range(self.data.num_clients)) if round_idx == self.config.rounds - 1 else []
 
-    def context_view(self) -> dict[str, Any]:
-        """Single-input head-input features of the final global model."""
-        model = self.global_model()
-        return {"view": "features", "model": model, "split": model.num_blocks - 1}
-
-    def feature_step(self, client: Client, message: Message) -> Update:
-        """Features of a random `share_fraction` of the client's samples, with their labels."""
+    def statistics_step(self, client: Client, message: Message) -> Update:
+        """N_{c,k}, μ_{c,k}, Σ_{c,k} of the client's head-input features, per class it holds."""
         model = self.load_weights(client.model, message.weights)
-        count = max(1, int(self.share_fraction * client.num_samples))
-        order = torch.randperm(client.num_samples, generator=client.rng("subset"), device="cpu")
-        x, y = client.data(order[:count].to(client.device))
-        payload = {FEATURES: extract(model, x), LABELS: y.to(torch.int16)}
+        x, y = client.data()
+        stats = class_statistics(extract(model, x), y)
+        payload = {
+            CLASSES: stats.classes.to(torch.int16),
+            COUNTS: stats.counts.to(torch.int32),
+            MEANS: stats.means.float(),
+            COVARIANCES: pack_symmetric(stats.covariances).float(),
+        }
         return Update(client.id, client.num_samples, payload=payload)
 
     def calibrate(self, updates: Iterable[Update], round_idx: int) -> None:
-        received = [(u.payload[FEATURES], u.payload[LABELS].long()) for u in updates]
-        if not received:
+        pooled: PooledClassGaussians | None = None
+        self.group_sizes = []
+        for update in updates:
+            means = update.payload[MEANS]
+            stats = ClassStatistics(
+                update.payload[CLASSES].long(),
+                update.payload[COUNTS].long(),
+                means.double(),
+                unpack_symmetric(update.payload[COVARIANCES].double(), means.shape[1]),
+            )
+            if pooled is None:
+                pooled = PooledClassGaussians(
+                    self.data.dataset.num_classes, means.shape[1], self.device
+                )
+            pooled.add(stats)
+            self.group_sizes += stats.counts.tolist()
+        if pooled is None:
             return
-        x = torch.cat([f for f, _ in received])
-        y = torch.cat([labels for _, labels in received])
-        require_body(self.model, "ccvr")
+        gen = torch_generator(self.config.seed, "ccvr/virtual", device=self.device)
+        self.class_gaussians = pooled.result()
+        x, y = sample_virtual_features(self.class_gaussians, self.virtual_per_class, gen)
         head = self.model.head
         before = head_accuracy(head, x, y)
-        gen = torch_generator(self.config.seed, "ccvr/calibration", device=self.device)
         optimizer = torch.optim.Adam(head.parameters(), lr=self.calibration_lr)
         batches = shuffled_positions(
             len(y), self.calibration_batch_size, gen, self.device, self.calibration_epochs
         )
         fit(optimizer, batches, lambda pos: F.cross_entropy(head(x[pos]), y[pos]))
         self.round_metrics = {
-            "calibration_features": len(y),
-            "calibration_feature_accuracy_before": before,
-            "calibration_feature_accuracy_after": head_accuracy(head, x, y),
+            "virtual_features": len(y),
+            "virtual_accuracy_before": before,
+            "virtual_accuracy_after": head_accuracy(head, x, y),
+        }
+
+    def summary_metrics(self) -> dict[str, Any]:
+        """Privacy exposure: uploaded statistics are over groups of inputs; a group of one is a
+        single input's feature."""
+        return {
+            "statistic_groups": len(self.group_sizes),
+            "smallest_statistic_group": min(self.group_sizes, default=None),
+            "single_sample_statistics": sum(n == 1 for n in self.group_sizes),
         }

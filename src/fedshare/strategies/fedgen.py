@@ -1,22 +1,29 @@
-"""FedGen as FLea describes its baseline (shared/specs/flea.md §5 and §8 item 26; lower fidelity:
-the baseline is not in FLea's code, and this is not the feature-space generator of Zhu et al.,
-ICML 2021).
+"""FedGen (Zhu et al., ICML 2021, "Data-Free Knowledge Distillation for Heterogeneous Federated
+Learning", §3.2, Algorithm 1): a server-trained, label-conditioned generator of latent features.
 
-A conditional generator G maps (onehot(y) ⊕ z, z ~ N(0, I_32)) to an input x̂: four
-ConvTranspose2d layers (1×1 → 4×4 → 8×8 → 16×16 → 32×32, BatchNorm and ReLU between them),
-resized bilinearly to the dataset's input size; for flat inputs four Linear layers. Rounds
-< `warmup_rounds` (30) are plain FedAvg. From then on, after each aggregation, the server trains
-G for `generator_steps` Adam steps with the new global model θ frozen as the judge,
+The model is w = h∘f: f the extractor (`features`), h the classifier head (`head`); the latent
+space Z is the head's input. Every round the clients train as in FedAvg and upload their weights
+and their label counts n_{k,y} (C integers, counted as shared bytes). The server averages the
+weights and trains the generator G_w(z | y) (an MLP: onehot(y) ⊕ ε, ε ~ N(0, I), → `hidden` →
+BatchNorm → ReLU → z) for `generator_steps` Adam steps against the round's heads h_k, frozen:
 
-    L_G = CE(θ(G(y, z)), y) + `diversity_weight` · exp(−mean_{i,j} ‖x̂_i − x̂_j‖₁ · ‖z_i − z_j‖²),
+    min_w  E_{y ~ p̂(y), ε} [ CE( Σ_k α_{k,y} · h_k(G_w(y, ε)), y ) ]  +  η · L_div,
 
-y uniform over the classes (the second term is FedGen's diversity loss, which keeps G from
-collapsing onto one input per class), and sends G's weights with the next broadcast (counted as
-shared bytes). Each local step adds `gen_weight` · CE(f(x̂), ŷ) on a batch of generated inputs
-of uniformly drawn labels ŷ, so classes a client lacks still shape its model.
+α_{k,y} = n_{k,y} / Σ_j n_{j,y} (each head weighted by its client's share of the label: the
+paper's ensemble with the label-count weights of its §3.2), y drawn ∝ the round's counts
+Σ_k n_{k,y} (labels the round's heads know), and L_div FedGen's diversity loss
+(`functional.generative`). G's weights and p̂(y) ∝ every count received so far go out with the
+next broadcast (counted). The local objective (the paper's Eq. 5) adds to the client's
+cross-entropy `gen_weight` · CE(h(ẑ), ŷ) on a batch of generated features, ŷ ~ p̂,
+ẑ = G(ŷ, ε): the generated features enter the head alone, the extractor gets no gradient from
+them.
+
+Deviations: the authors' code also decays the generated term's weight over rounds and adds a
+KL term between the local head's outputs on real and generated latents (`generative_beta`);
+this strategy follows the paper's Eq. 5 (one weight, no decay). Round 0 is plain FedAvg (no
+generator has been trained yet).
 """
 
-import copy
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,84 +31,60 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 
+from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.errors import FedshareError
+from fedshare.functional.generative import diversity_loss, ensemble_cross_entropy
+from fedshare.models.base import feature_width, require_body
 from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import ClientSetup, Message, SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
+GENERATOR, PRIOR, COUNTS = "generator", "label_prior", "label_counts"
 
-class Generator(nn.Module):
-    """(labels, noise) -> inputs of `input_shape`: a transposed-conv stack for (C, H, W) inputs,
-    an MLP for flat ones."""
 
-    def __init__(
-        self, num_classes: int, noise_dim: int, input_shape: tuple[int, ...], width: int
-    ) -> None:
+class LatentGenerator(nn.Module):
+    """(labels, noise) -> latent features of `dim`: onehot(y) ⊕ ε → Linear → BN → ReLU → Linear."""
+
+    def __init__(self, num_classes: int, noise_dim: int, hidden: int, dim: int) -> None:
         super().__init__()
-        self.num_classes, self.noise_dim, self.input_shape = num_classes, noise_dim, input_shape
-        d = num_classes + noise_dim
-        if len(input_shape) == 3:
-            w = width
-            self.net: nn.Module = nn.Sequential(
-                nn.ConvTranspose2d(d, 4 * w, 4, 1, 0), nn.BatchNorm2d(4 * w), nn.ReLU(),
-                nn.ConvTranspose2d(4 * w, 2 * w, 4, 2, 1), nn.BatchNorm2d(2 * w), nn.ReLU(),
-                nn.ConvTranspose2d(2 * w, w, 4, 2, 1), nn.BatchNorm2d(w), nn.ReLU(),
-                nn.ConvTranspose2d(w, input_shape[0], 4, 2, 1),
-            )  # fmt: skip
-        elif len(input_shape) == 1:
-            h = 4 * width
-            self.net = nn.Sequential(
-                nn.Linear(d, h), nn.BatchNorm1d(h), nn.ReLU(),
-                nn.Linear(h, h), nn.BatchNorm1d(h), nn.ReLU(),
-                nn.Linear(h, h), nn.BatchNorm1d(h), nn.ReLU(),
-                nn.Linear(h, input_shape[0]),
-            )  # fmt: skip
-        else:
-            raise FedshareError(
-                f"strategy=fedgen generates inputs of shape (C, H, W) or (D,), not {input_shape}"
-            )
+        self.num_classes, self.noise_dim = num_classes, noise_dim
+        self.net = nn.Sequential(
+            nn.Linear(num_classes + noise_dim, hidden),
+            nn.BatchNorm1d(hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, dim),
+        )
 
-    def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        h = torch.cat([F.one_hot(y, self.num_classes).to(z.dtype), z], dim=1)
-        if len(self.input_shape) == 1:
-            return self.net(h)
-        out = self.net(h[:, :, None, None])
-        size = tuple(self.input_shape[1:])
-        if tuple(out.shape[2:]) != size:
-            out = F.interpolate(out, size=size, mode="bilinear", align_corners=False)
-        return out
+    def forward(self, y: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([F.one_hot(y, self.num_classes).to(noise.dtype), noise], 1))
 
     def sample(
-        self, n: int, gen: torch.Generator
+        self, prior: torch.Tensor, n: int, gen: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """n inputs of uniformly drawn labels, with the labels and the noise."""
-        device = next(self.parameters()).device
-        y = torch.randint(self.num_classes, (n,), generator=gen, device=device)
-        z = torch.randn((n, self.noise_dim), generator=gen, device=device)
-        return self(y, z), y, z
+        """n latents with labels drawn from `prior`: (z, y, noise)."""
+        y = torch.multinomial(prior, n, replacement=True, generator=gen)
+        noise = torch.randn((n, self.noise_dim), generator=gen, device=prior.device)
+        return self(y, noise), y, noise
 
 
-def diversity_loss(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """exp(−mean over pairs of ‖x_i − x_j‖₁/dim · ‖z_i − z_j‖²/dim) (FedGen's form): small when
-    different noise gives different inputs."""
-    dx = torch.cdist(x.flatten(1), x.flatten(1), p=1) / x[0].numel()
-    dz = torch.cdist(z, z, p=2).pow(2) / z.shape[1]
-    return torch.exp(-(dx * dz).mean())
+def head_prefix(model: nn.Module) -> str:
+    """The state-dict prefix of the model's head block."""
+    return next(name for name, m in model.named_modules() if m is model.head) + "."
 
 
 @register_strategy("fedgen")
 @dataclass
 class FedGen(FedAvg):
-    """FedAvg, then a server-trained conditional generator whose samples join local training."""
+    """FedAvg plus a latent generator trained on the clients' heads (module docstring)."""
 
-    warmup_rounds: int = 30
     noise_dim: int = 32
-    width: int = 32
+    hidden: int = 256
     generator_steps: int = 50
     generator_batch: int = 32
     generator_lr: float = 3e-4
@@ -109,109 +92,154 @@ class FedGen(FedAvg):
     gen_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("noise_dim", "width", "generator_batch"):
+        for name in ("noise_dim", "hidden", "generator_batch"):
             if getattr(self, name) < 1:
                 raise FedshareError(f"strategy.{name}={getattr(self, name)} must be at least 1")
-        for name in ("warmup_rounds", "generator_steps", "diversity_weight", "gen_weight"):
+        for name in ("generator_steps", "diversity_weight", "gen_weight"):
             if getattr(self, name) < 0:
                 raise FedshareError(f"strategy.{name}={getattr(self, name)} must be >= 0")
         if self.generator_lr <= 0:
             raise FedshareError(f"strategy.generator_lr={self.generator_lr} must be positive")
 
-    def _generator(self, num_classes: int, input_shape: tuple[int, ...], seed: int) -> Generator:
-        seed_global_torch(seed, "fedgen/generator")  # the same initial G on both sides
-        return Generator(num_classes, self.noise_dim, tuple(input_shape), self.width)
+    def _generator(self, model: nn.Module, num_classes: int, shape: tuple, seed: int) -> nn.Module:
+        dim = feature_width(model, shape)
+        seed_global_torch(seed, "fedgen/latent_generator")  # the same initial G on both sides
+        return LatentGenerator(num_classes, self.noise_dim, self.hidden, dim)
 
     def setup(self, ctx: SetupContext) -> None:
+        require_body(ctx.model, "fedgen")
         super().setup(ctx)
         dataset = ctx.data.dataset
-        shape = tuple(dataset.input_shape)
-        self.generator = self._generator(dataset.num_classes, shape, ctx.config.seed)
-        self.generator.to(ctx.device)
+        self.generator = self._generator(
+            ctx.model, dataset.num_classes, dataset.input_shape, ctx.config.seed
+        ).to(ctx.device)
         self.gen_flat = FlatState(self.generator)
         self.gen_optimizer = torch.optim.Adam(self.generator.parameters(), lr=self.generator_lr)
+        self.label_totals = torch.zeros(dataset.num_classes, dtype=torch.long, device=ctx.device)
+        self.trained = False
         self.generator_loss: float | None = None
-        self.judge = copy.deepcopy(ctx.model).requires_grad_(False)
+        self.head_prefix = head_prefix(ctx.model)
 
     def client_setup(self, ctx: ClientSetup) -> None:
         """A scratch generator; its weights arrive in the broadcast."""
         super().client_setup(ctx)
-        self.generator = self._generator(ctx.num_classes, ctx.input_shape, ctx.seed)
+        self.generator = self._generator(ctx.model, ctx.num_classes, ctx.input_shape, ctx.seed)
         self.generator.to(ctx.device).requires_grad_(False)
         self.gen_flat = FlatState(self.generator)
 
-    # ------------------------------------------------------------------ protocol
-    def active(self, round_idx: int) -> bool:
-        """G is trained after aggregating round warmup_rounds − 1 and used from warmup_rounds."""
-        return round_idx >= self.warmup_rounds
-
+    # ------------------------------------------------------------------ client side
     def broadcast(self, round_idx: int) -> Message:
         message = super().broadcast(round_idx)
-        if self.active(round_idx):
-            message.payload["generator"] = self.gen_flat.flatten(self.generator)
+        if self.trained:
+            message.payload[GENERATOR] = self.gen_flat.flatten(self.generator)
+            message.payload[PRIOR] = self.label_prior()
         return message
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
-        if "generator" not in message.payload:
-            return self.trained_update(client, model)
-        batches = self.generated_batches(client, message)
-        return self.trained_update(client, model, self.generated_loss, batches=batches)
+        if GENERATOR not in message.payload:
+            update = self.trained_update(client, model)
+        else:
+            batches = self.generated_batches(client, message)
+            update = self.trained_update(client, model, self.generated_loss, batches=batches)
+        return self.with_counts(update, client)
 
     def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
-        """The same step for several clients at once: each client's stream adds its own draws
-        from the received generator to its batches."""
+        """The same step for several clients at once, each drawing from its own stream."""
         model = self.load_weights(clients[0].model, message.weights)
-        if "generator" not in message.payload:
-            return train_stacked(self.flat, clients, model)
-        streams = [self.generated_batches(client, message) for client in clients]
-        return train_stacked(self.flat, clients, model, self.generated_loss, streams=streams)
+        if GENERATOR not in message.payload:
+            updates = train_stacked(self.flat, clients, model)
+        else:
+            streams = [self.generated_batches(client, message) for client in clients]
+            updates = train_stacked(self.flat, clients, model, self.generated_loss, streams=streams)
+        return [self.with_counts(u, c) for u, c in zip(updates, clients, strict=True)]
+
+    def with_counts(self, update: Update, client: Client) -> Update:
+        """The client's label counts n_{k,y} travel with its weights."""
+        counts = torch.bincount(client.labels, minlength=self.num_classes)
+        update.payload[COUNTS] = counts.to(torch.int32)
+        return update
 
     def generated_batches(self, client: Client, message: Message) -> Iterator[Batch]:
-        """(x, y, x_gen, y_gen): each local batch with as many samples of the received
-        generator, drawn from the client's own stream."""
-        generator = self.gen_flat.load_(self.generator, message.payload["generator"]).eval()
+        """(x, y, ẑ, ŷ): each local batch with as many generated latents, ŷ ~ the received p̂."""
+        generator = self.gen_flat.load_(self.generator, message.payload[GENERATOR]).eval()
+        prior = message.payload[PRIOR].to(client.device)
         draws = client.rng("generator")
         for x, y in client.batches():
             with torch.no_grad():
-                x_gen, y_gen, _ = generator.sample(len(x), draws)
-            yield x, y, x_gen, y_gen
+                z, y_gen, _ = generator.sample(prior, len(x), draws)
+            yield x, y, z, y_gen
 
     def generated_loss(
         self,
         net: nn.Module,
         x: torch.Tensor,
         y: torch.Tensor,
-        x_gen: torch.Tensor,
+        z: torch.Tensor,
         y_gen: torch.Tensor,
     ) -> torch.Tensor:
-        """CE on the local batch + gen_weight · CE on the generated one."""
+        """The paper's Eq. 5: CE on the local batch + gen_weight · CE(h(ẑ), ŷ), head only."""
         loss = F.cross_entropy(net(x), y)
-        return loss + self.gen_weight * F.cross_entropy(net(x_gen), y_gen)
+        return loss + self.gen_weight * F.cross_entropy(net.head(z), y_gen)
+
+    # ------------------------------------------------------------------ server side
+    def label_prior(self) -> torch.Tensor:
+        """p̂(y) ∝ the label counts received so far."""
+        totals = self.label_totals.to(torch.float32)
+        return totals / totals.sum()
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
-        super().aggregate(updates, round_idx)
+        mean = RunningMean()
+        heads: list[dict[str, torch.Tensor]] = []
+        counts: list[torch.Tensor] = []
+        for update in updates:
+            mean.add(update.weights, update.aggregation_weight)
+            heads.append(self.head_params(update.weights))
+            counts.append(update.payload[COUNTS].to(self.device).long())
+            update.weights = None
+        self.load_weights(self.model, mean.value())
         self.round_metrics = {}
-        if self.active(round_idx + 1) and self.generator_steps:
-            self.generator_loss = self.train_generator(round_idx)
+        if not heads:
+            return
+        round_counts = torch.stack(counts)
+        self.label_totals += round_counts.sum(0)
+        self.trained = True  # broadcast from now on (as initialised when generator_steps=0)
+        if self.generator_steps:
+            self.generator_loss = self.train_generator(heads, round_counts, round_idx)
             self.round_metrics["generator_loss"] = self.generator_loss
 
-    def train_generator(self, round_idx: int) -> float:
-        """`generator_steps` Adam steps of L_G against the frozen global model."""
-        judge = self.load_weights(self.judge, self.flat.flatten(self.model)).eval()
+    def head_params(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The head's entries of a client's flat weights, named as in the head module."""
+        n = len(self.head_prefix)
+        return {
+            name[n:]: tensor.clone()
+            for name, tensor in self.flat.views(weights).items()
+            if name.startswith(self.head_prefix)
+        }
+
+    def train_generator(
+        self, heads: list[dict[str, torch.Tensor]], counts: torch.Tensor, round_idx: int
+    ) -> float:
+        """`generator_steps` Adam steps of the module docstring's objective, heads frozen."""
+        head = self.model.head
+        was_training = head.training
+        head.eval()
+        prior = counts.sum(0).to(torch.float32)
         gen = torch_generator(self.config.seed, "fedgen/server", round_idx, device=self.device)
         self.generator.train()
         total = torch.zeros((), device=self.device)
         for _ in range(self.generator_steps):
-            x, y, z = self.generator.sample(self.generator_batch, gen)
-            loss = F.cross_entropy(judge(x), y)
+            z, y, noise = self.generator.sample(prior / prior.sum(), self.generator_batch, gen)
+            logits = torch.stack([functional_call(head, params, (z,)) for params in heads])
+            loss = ensemble_cross_entropy(logits, counts, y)
             if self.diversity_weight:
-                loss = loss + self.diversity_weight * diversity_loss(x, z)
+                loss = loss + self.diversity_weight * diversity_loss(z, noise)
             self.gen_optimizer.zero_grad()
             loss.backward()
             self.gen_optimizer.step()
             total += loss.detach()
         self.generator.eval()
+        head.train(was_training)
         return float(total) / self.generator_steps
 
     # ------------------------------------------------------------------ results, checkpoint
@@ -227,6 +255,8 @@ class FedGen(FedAvg):
             "generator": self.generator.state_dict(),
             "generator_optimizer": self.gen_optimizer.state_dict(),
             "generator_loss": self.generator_loss,
+            "label_totals": self.label_totals.clone(),
+            "trained": self.trained,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -234,3 +264,5 @@ class FedGen(FedAvg):
         self.generator.load_state_dict(state["generator"])
         self.gen_optimizer.load_state_dict(state["generator_optimizer"])
         self.generator_loss = state["generator_loss"]
+        self.label_totals = state["label_totals"].to(self.label_totals.device)
+        self.trained = state["trained"]
