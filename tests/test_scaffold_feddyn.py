@@ -270,7 +270,7 @@ def final_accuracy(strategy_factory, seed: int) -> float:
 def test_scaffold_and_feddyn_beat_fedavg_on_a_pathological_split():
     """Digits, 10 clients with 2 classes each (160 samples), half of them a round, 20 rounds,
     SGD lr 0.05 without momentum. Measured over seeds 0-2 (final accuracy, %): FedAvg 45.1,
-    SCAFFOLD 54.5, FedDyn (α = 1e-4) 81.4."""
+    SCAFFOLD 54.5, FedDyn (α = 1e-2, the default) 81.5."""
     seeds = range(3)
     mean = {
         name: sum(final_accuracy(factory, s) for s in seeds) / 3
