@@ -7,13 +7,19 @@ from collections.abc import Iterable, Iterator
 import pytest
 import torch
 import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from torch import nn
 
 from fedshare import simulate
+from fedshare.api import init_model
+from fedshare.config import SimulationConfig
 from fedshare.defaults import DATASET_TRAIN, resolve_train
 from fedshare.errors import FedshareError
-from fedshare.strategies import FedAvg, FedDyn, Scaffold
-from fedshare.strategies.base import Update
+from fedshare.paper.compare import entries, method_overrides
+from fedshare.run import config_dir, group_params
+from fedshare.strategies import FedAvg, FedDyn, Scaffold, make_strategy
+from fedshare.strategies.base import SetupContext, Update
 from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
 
 BYTES = {"bytes_up", "bytes_down", "bytes_shared", "bytes_shared_round"}
@@ -152,6 +158,34 @@ def test_scaffold_refuses_an_optimizer_option_ii_is_not_defined_for(params, trai
 def test_scaffold_trains_with_plain_sgd_by_default_on_every_dataset(dataset):
     train = resolve_train({}, Scaffold, dataset)
     assert (train.optimizer, train.momentum, train.lr) == ("sgd", 0.0, 0.05)
+
+
+@pytest.mark.parametrize("table", ["rebafl_table1", "rebafl_table3"])
+def test_rebafl_tables_name_the_forms_their_momentum_needs(table):
+    """The ReBaFL presets train with SGD momentum 0.5 (ReBaFL's code): the tables' SCAFFOLD
+    names the code's after-step correction, which SCAFFOLD accepts before round 0, and its
+    FedDyn the code's α = 1e-4; without the named form SCAFFOLD refuses the preset."""
+    preset = next(e.preset for e in entries(table) if e.method == "scaffold")
+    fed = digits_federation("iid", 2)
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        for method in ("scaffold", "feddyn"):
+            overrides = method_overrides(table, method)
+            cfg = compose("config", overrides=[f"experiment={preset}", *overrides])
+            name, params = group_params(cfg.strategy)
+            strategy = make_strategy(name, params)
+            train = resolve_train(OmegaConf.to_container(cfg.train), strategy, "fmnist")
+            assert (train.optimizer, train.momentum) == ("sgd", 0.5)
+            context = SetupContext(
+                init_model("mlp", fed, 0), fed, SimulationConfig(train=train), torch.device("cpu")
+            )
+            strategy.setup(context)  # accepted
+            if method == "feddyn":
+                assert strategy.alpha == 1e-4
+                continue
+            assert strategy.correction == "after_step"
+            plain = make_strategy(name, {**params, "correction": "gradient"})
+            with pytest.raises(FedshareError, match=r"train\.momentum=0\.5"):
+                plain.setup(context)
 
 
 @pytest.mark.parametrize("mean", ["samples", "plain"])
