@@ -21,8 +21,24 @@ def digits_federation(
     )
 
 
+MACHINE_KEYS = ("wall_time_s", "peak_rss_mb", "cuda_max_allocated_mb")
+"""Measurements of the machine, not results: two identical runs differ in them."""
+
+
+def is_machine_measurement(key: str) -> bool:
+    """Wall time, peak memory, and a strategy's timings (`time_..._s`)."""
+    return key in MACHINE_KEYS or (key.startswith("time_") and key.endswith("_s"))
+
+
+def results_only(record: dict) -> dict:
+    """A history record or summary without the machine's measurements: what a comparison of
+    two runs may compare."""
+    return {k: v for k, v in record.items() if not is_machine_measurement(k)}
+
+
 def without_wall_time(records: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in records]
+    """History records without the machine's measurements (`results_only`)."""
+    return [results_only(r) for r in records]
 
 
 def run_preset(overrides: list[str], out: Path, timeout_h: float = 24) -> dict:

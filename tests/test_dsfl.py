@@ -2,6 +2,7 @@
 bytes, keep = 1 is FedAvg, error feedback keeps what was dropped."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import torch
 from fedshare import simulate
 from fedshare.functional.sparse import pack, top_k_mask, unpack
 from fedshare.strategies import make_strategy
+from fedshare.strategies.base import Message, Update
 from helpers import DIGITS_TRAIN, digits_federation
 
 
@@ -59,3 +61,25 @@ def test_error_feedback_keeps_the_dropped_part_per_client():
     assert result.summary["client_state_bytes"] == 5 * 4 * n
     with pytest.raises(Exception, match=r"strategy\.keep=0"):
         make_strategy("dsfl", {"keep": 0.0})
+
+
+def test_error_feedback_adds_the_dropped_part_to_the_next_update():
+    """Round 1 uploads the top-K of Δ1 and keeps r1 = Δ1 − sent1; round 2 uploads the top-K
+    of Δ2 + r1. What was sent plus what is kept is always everything trained so far."""
+    dsfl = make_strategy("dsfl", {"keep": 0.25, "error_feedback": True})
+    client = SimpleNamespace(state={})
+    theta = torch.zeros(8)
+    delta1 = torch.tensor([8.0, -7.0, 6.0, 5.0, -4.0, 3.0, 2.0, 1.0])
+    delta2 = torch.tensor([0.5, 0.5, 0.5, 0.5, 0.5, -4.0, 0.5, 0.5])
+
+    def step(delta: torch.Tensor) -> torch.Tensor:
+        update = Update(0, 10, weights=theta + delta)
+        return unpack(dsfl.sparsify(client, update, Message(weights=theta)).weights, 8)
+
+    sent1 = step(delta1)
+    assert torch.equal(sent1, torch.tensor([8.0, -7.0, 0, 0, 0, 0, 0, 0]))
+    assert torch.equal(client.state["residual"], delta1 - sent1)
+    sent2 = step(delta2)
+    # Δ2 + r1 = [.5, .5, 6.5, 5.5, −3.5, −1, 2.5, 1.5]: the kept 6 and 5 go up now
+    assert torch.equal(sent2, torch.tensor([0, 0, 6.5, 5.5, 0, 0, 0, 0]))
+    torch.testing.assert_close(sent1 + sent2 + client.state["residual"], delta1 + delta2)

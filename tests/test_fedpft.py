@@ -18,6 +18,7 @@ from fedshare.errors import FedshareError
 from fedshare.functional.gmm import component_params
 from fedshare.strategies import make_strategy
 from fedshare.strategies.fedpft import gmm_bytes, gmm_params, head_bytes, raw_feature_bytes
+from helpers import without_wall_time
 
 TRAIN = {"optimizer": "adam", "lr": 0.01, "batch_size": 256, "local_epochs": 20}
 MIB = 2**20
@@ -235,8 +236,7 @@ def test_centralized_runs_any_model_and_resumes_exactly(tmp_path):
     resumed = simulate(
         "centralized", fed, "cnn_small", run_dir=tmp_path / "cut", resume=True, **options
     )
-    strip = [{k: v for k, v in r.items() if k != "wall_time_s"} for r in resumed.history]
-    assert strip == [{k: v for k, v in r.items() if k != "wall_time_s"} for r in full.history]
+    assert without_wall_time(resumed.history) == without_wall_time(full.history)
 
 
 def test_chain_hops_and_destination_head(digits64):

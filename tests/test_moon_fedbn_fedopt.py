@@ -60,8 +60,77 @@ def test_moon_with_mu_zero_is_fedavg_exactly():
     assert without_wall_time(moon.history) == without_wall_time(avg.history)
 
 
+def weights(result) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in result.strategy.model.parameters()])
+
+
 def test_moon_changes_training_when_mu_is_positive():
-    assert run(MOON(mu=5.0), rounds=3).history[-1] != run(FedAvg(), rounds=3).history[-1]
+    moon, avg = run(MOON(mu=5.0), rounds=3), run(FedAvg(), rounds=3)
+    assert (weights(moon) - weights(avg)).abs().max() > 1e-3
+    assert without_wall_time(moon.history) != without_wall_time(avg.history)
+
+
+def cosines_after_a_step(mu: float, seed: int = 0) -> tuple[float, float]:
+    """One SGD step of MOON's local loss from a fixed network on a digits batch, with z_glob
+    and z_prev from two other networks: the mean cosine of the new z to each afterwards."""
+    data = digits_federation("iid", 2)
+    moon = MOON(mu=mu)
+    nets = [
+        moon._net(init_model("cnn_small", data, seed + i), torch.device("cpu"), 0) for i in range(3)
+    ]
+    net, glob, prev = nets
+    x, y = data.dataset.train_batch(data.client_indices[0][:64])
+    with torch.no_grad():
+        z_glob, z_prev = glob(x)[1], prev(x)[1]
+    moon._loss(net, x, y, z_glob, z_prev).backward()
+    with torch.no_grad():
+        for p in net.parameters():
+            p -= 0.5 * p.grad
+        z = net(x)[1]
+    cos = nn.functional.cosine_similarity
+    return float(cos(z, z_glob).mean()), float(cos(z, z_prev).mean())
+
+
+def test_moon_term_pulls_towards_the_global_and_away_from_the_previous_model():
+    """The contrastive term's gradient, not its value: against the cross-entropy step alone,
+    MOON's step moves z towards z_glob and away from z_prev."""
+    to_glob, to_prev = cosines_after_a_step(mu=5.0)
+    ce_glob, ce_prev = cosines_after_a_step(mu=0.0)
+    assert to_glob > ce_glob + 0.01
+    assert to_prev < ce_prev - 0.01
+
+
+def test_moon_first_participation_contrasts_the_initial_network():
+    """MOON's code: a client's previous model before it ever trained is its untrained network
+    (here the run's initial model), not the global model; in round 0 they coincide."""
+    data = digits_federation("iid", 6)
+    seen: list[tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    own = MOON._batches
+
+    def recording(client, glob, prev):
+        for batch in own(client, glob, prev):
+            x, _, z_glob, z_prev = batch
+            seen.append((client.round, client.id, x, z_glob, z_prev))
+            yield batch
+
+    MOON._batches = staticmethod(recording)
+    try:
+        run(MOON(mu=1.0), data, rounds=3, frac=0.5)
+    finally:
+        MOON._batches = staticmethod(own)
+    initial = init_model("cnn_small", data, 0).eval()
+    first: dict[int, int] = {}
+    for rnd, cid, *_ in seen:
+        first.setdefault(cid, rnd)
+    late = [(x, zg, zp) for rnd, cid, x, zg, zp in seen if rnd == first[cid] and rnd > 0]
+    assert late, "no client took part for the first time after round 0"
+    for x, z_glob, z_prev in late:
+        with torch.no_grad():
+            torch.testing.assert_close(z_prev, initial.features(x))
+        assert not torch.allclose(z_prev, z_glob)
+    for rnd, _, _, z_glob, z_prev in seen:
+        if rnd == 0:
+            assert torch.equal(z_prev, z_glob)
 
 
 @pytest.mark.parametrize("projection_dim", [0, 16])

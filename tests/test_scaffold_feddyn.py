@@ -7,14 +7,25 @@ from collections.abc import Iterable, Iterator
 import pytest
 import torch
 import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from torch import nn
 
 from fedshare import simulate
-from fedshare.strategies import FedAvg, FedDyn, Scaffold
-from fedshare.strategies.base import Update
+from fedshare.api import init_model
+from fedshare.config import SimulationConfig
+from fedshare.defaults import DATASET_TRAIN, resolve_train
+from fedshare.errors import FedshareError
+from fedshare.paper.compare import entries, method_overrides
+from fedshare.run import config_dir, group_params
+from fedshare.strategies import FedAvg, FedDyn, Scaffold, make_strategy
+from fedshare.strategies.base import SetupContext, Update
 from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
 
 BYTES = {"bytes_up", "bytes_down", "bytes_shared", "bytes_shared_round"}
+PLAIN_SGD = {**DIGITS_TRAIN, "momentum": 0.0}
+"""Option II's (x − y)/(K·η) assumes plain SGD (SCAFFOLD refuses momentum): with momentum 0.9
+the local steps are about 10× longer than K·η and SCAFFOLD diverged (lr 0.05, Dir(0.1))."""
 
 
 def no_bytes(records: list[dict]) -> list[dict]:
@@ -28,15 +39,32 @@ def param_bytes(model: nn.Module) -> int:
 # ---------------------------------------------------------------- exact math on a tiny model
 FULL_BATCH = {"local_epochs": 3, "batch_size": 10_000, "lr": 0.1, "momentum": 0.0}
 """One full batch per epoch, plain SGD: K = 3 steps of θ ← θ − η·(corrected gradient)."""
+UNEQUAL = {"name": "dirichlet", "alpha": 1.0}
+"""Five clients of unequal sizes, two of them a round: n_i/n ≠ 1/N and |S| ≠ N, so the exact
+tests tell Σ_S (n_i/n)·Δc_i from (|S|/N)·mean_S or mean_S, and α/m from α/|S|."""
+ROUNDS = 3
 
 
-def tiny_run(strategy, rounds=2):
-    fed = digits_federation("iid", 3)
+def tiny_run(strategy, train=FULL_BATCH):
+    """A linear model on digits, partial participation; the clients of each round, in order."""
+    fed = digits_federation(UNEQUAL, 5)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
     start = [p.detach().clone() for p in model.parameters()]
-    result = simulate(strategy, fed, model, rounds=rounds, train=FULL_BATCH)
-    return fed, start, result
+    cohorts: list[list[int]] = []
+    own_aggregate = strategy.aggregate
+
+    def recording(updates: Iterable[Update], round_idx: int) -> None:
+        updates = list(updates)
+        cohorts.append([u.client_id for u in updates])
+        own_aggregate(updates, round_idx)
+
+    strategy.aggregate = recording
+    result = simulate(strategy, fed, model, rounds=ROUNDS, train=train, clients={"per_round": 2})
+    sizes = fed.client_sizes
+    assert len(set(sizes)) == len(sizes) and all(len(c) == 2 for c in cohorts)
+    assert len({k for c in cohorts for k in c}) > 2  # clients return with their state
+    return fed, start, result, cohorts
 
 
 def flat(params) -> torch.Tensor:
@@ -54,48 +82,143 @@ def client_data(fed):
     return [(fed.dataset.train_batch(ix), int(ix.numel())) for ix in fed.client_indices]
 
 
-def test_scaffold_option_ii_equations_exactly():
-    fed, start, result = tiny_run(Scaffold(lr_global=0.5))
+def scaffold_by_hand(fed, start, cohorts, lr_global, momentum=0.0, after_step=False):
+    """Option II with the server's Σ_S (n_i/n)·Δc_i; local SGD on g − c_i + c, or (after_step)
+    SGD with momentum on g followed by y −= η(c − c_i), as ReBaFL's code."""
     eta, steps, n = 0.1, 3, sum(fed.client_sizes)
+    data = client_data(fed)
     x, c = flat(start), torch.zeros(650)
-    c_i = [torch.zeros(650) for _ in fed.client_indices]
-    for _ in range(2):
-        ys, dcs = [], []
-        for k, ((xb, yb), n_k) in enumerate(client_data(fed)):
-            y = x.clone()
+    c_i = [torch.zeros(650) for _ in data]
+    for cohort in cohorts:
+        ys, dcs, n_s = [], [], 0
+        for k in cohort:
+            (xb, yb), n_k = data[k]
+            y, buf = x.clone(), None
             for _ in range(steps):
-                y = y - eta * (full_gradient(y, xb, yb) - c_i[k] + c)
+                g = full_gradient(y, xb, yb)
+                if not after_step:
+                    g = g - c_i[k] + c
+                buf = g if buf is None else momentum * buf + g
+                y = y - eta * buf
+                if after_step:
+                    y = y - eta * (c - c_i[k])
             new = c_i[k] - c + (x - y) / (steps * eta)
             ys.append(y * n_k)
             dcs.append((new - c_i[k]) * n_k)
+            n_s += n_k
             c_i[k] = new
-        x = x + 0.5 * (sum(ys) / n - x)
-        c = c + sum(dcs) / n  # full participation: (|S|/N)·mean = the mean
+        x = x + lr_global * (sum(ys) / n_s - x)
+        c = c + sum(dcs) / n
+    return x, c
+
+
+def test_scaffold_option_ii_equations_exactly():
+    fed, start, result, cohorts = tiny_run(Scaffold(lr_global=0.5))
+    x, c = scaffold_by_hand(fed, start, cohorts, 0.5)
     got = result.strategy
     assert torch.allclose(flat(got.model.parameters()).detach(), x, atol=1e-5)
     assert torch.allclose(got.c, c, atol=1e-4)
 
 
-def test_feddyn_equations_exactly():
+def test_scaffold_after_step_correction_is_rebafls_code_exactly():
+    """ReBaFL's form with momentum 0.5: the optimizer steps on the raw gradient, then
+    y −= η(c − c_i); option II's c_i⁺ as before."""
+    train = {**FULL_BATCH, "momentum": 0.5}
+    fed, start, result, cohorts = tiny_run(Scaffold(correction="after_step"), train)
+    x, c = scaffold_by_hand(fed, start, cohorts, 1.0, momentum=0.5, after_step=True)
+    got = result.strategy
+    assert torch.allclose(flat(got.model.parameters()).detach(), x, atol=1e-5)
+    assert torch.allclose(got.c, c, atol=1e-4)
+    assert c.norm() > 0.1  # the correction acted
+
+
+def test_scaffold_after_step_equals_the_gradient_form_for_plain_sgd():
+    a = tiny_run(Scaffold())[2].strategy
+    b = tiny_run(Scaffold(correction="after_step"))[2].strategy
+    assert torch.allclose(flat(a.model.parameters()), flat(b.model.parameters()), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("params", "train", "refused"),
+    [
+        ({}, {"optimizer": "adam", "lr": 1e-3}, "train.optimizer=adam"),
+        ({}, {"momentum": 0.9}, "train.momentum=0.9"),
+        ({"correction": "after_step"}, {"optimizer": "adam", "lr": 1e-3}, "train.optimizer=adam"),
+    ],
+    ids=["adam", "momentum", "after-step-adam"],
+)
+def test_scaffold_refuses_an_optimizer_option_ii_is_not_defined_for(params, train, refused):
+    with pytest.raises(FedshareError, match=f"needs train.optimizer=sgd.*{refused}"):
+        simulate(Scaffold(**params), digits_federation("iid", 2), "mlp", rounds=1, train=train)
+    with pytest.raises(FedshareError, match=r"strategy\.correction='momentum' is not one of"):
+        Scaffold(correction="momentum")
+
+
+@pytest.mark.parametrize("dataset", sorted(DATASET_TRAIN))
+def test_scaffold_trains_with_plain_sgd_by_default_on_every_dataset(dataset):
+    train = resolve_train({}, Scaffold, dataset)
+    assert (train.optimizer, train.momentum, train.lr) == ("sgd", 0.0, 0.05)
+
+
+@pytest.mark.parametrize("table", ["rebafl_table1", "rebafl_table3"])
+def test_rebafl_tables_name_the_forms_their_momentum_needs(table):
+    """The ReBaFL presets train with SGD momentum 0.5 (ReBaFL's code): the tables' SCAFFOLD
+    names the code's after-step correction, which SCAFFOLD accepts before round 0, and its
+    FedDyn the code's α = 1e-4; without the named form SCAFFOLD refuses the preset."""
+    preset = next(e.preset for e in entries(table) if e.method == "scaffold")
+    fed = digits_federation("iid", 2)
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        for method in ("scaffold", "feddyn"):
+            overrides = method_overrides(table, method)
+            cfg = compose("config", overrides=[f"experiment={preset}", *overrides])
+            name, params = group_params(cfg.strategy)
+            strategy = make_strategy(name, params)
+            train = resolve_train(OmegaConf.to_container(cfg.train), strategy, "fmnist")
+            assert (train.optimizer, train.momentum) == ("sgd", 0.5)
+            context = SetupContext(
+                init_model("mlp", fed, 0), fed, SimulationConfig(train=train), torch.device("cpu")
+            )
+            strategy.setup(context)  # accepted
+            if method == "feddyn":
+                assert strategy.alpha == 1e-4
+                continue
+            assert strategy.correction == "after_step"
+            plain = make_strategy(name, {**params, "correction": "gradient"})
+            with pytest.raises(FedshareError, match=r"train\.momentum=0\.5"):
+                plain.setup(context)
+
+
+@pytest.mark.parametrize("mean", ["samples", "plain"])
+def test_feddyn_equations_exactly(mean):
     alpha = 0.1
-    fed, start, result = tiny_run(FedDyn(alpha=alpha))
-    eta, steps, m, n = 0.1, 3, 3, sum(fed.client_sizes)
+    fed, start, result, cohorts = tiny_run(FedDyn(alpha=alpha, mean=mean))
+    eta, steps, m = 0.1, 3, 5
+    data = client_data(fed)
     theta, h = flat(start), torch.zeros(650)
-    grads = [torch.zeros(650) for _ in fed.client_indices]
-    for _ in range(2):
-        locals_, drift = [], torch.zeros(650)
-        for k, ((xb, yb), n_k) in enumerate(client_data(fed)):
+    grads = [torch.zeros(650) for _ in data]
+    for cohort in cohorts:
+        locals_, weights, drift = [], [], torch.zeros(650)
+        for k in cohort:
+            (xb, yb), n_k = data[k]
             t = theta.clone()
             for _ in range(steps):
                 t = t - eta * (full_gradient(t, xb, yb) - grads[k] + alpha * (t - theta))
             grads[k] = grads[k] - alpha * (t - theta)
-            locals_.append(t * n_k)
+            weight = n_k if mean == "samples" else 1
+            locals_.append(t * weight)
+            weights.append(weight)
             drift += t - theta
         h = h - alpha / m * drift
-        theta = sum(locals_) / n - h / alpha
+        theta = sum(locals_) / sum(weights) - h / alpha
     got = result.strategy
     assert torch.allclose(flat(got.model.parameters()).detach(), theta, atol=1e-5)
     assert torch.allclose(got.h, h, atol=1e-7)
+
+
+def test_feddyn_defaults_to_the_papers_alpha_and_refuses_an_unknown_mean():
+    assert FedDyn().alpha == 1e-2
+    with pytest.raises(FedshareError, match=r"strategy\.mean='median' is not one of"):
+        FedDyn(mean="median")
 
 
 def test_feddyn_refuses_alpha_zero():
@@ -108,7 +231,7 @@ def test_feddyn_refuses_alpha_zero():
 # ---------------------------------------------------------------- FedAvg reduction, traffic
 def test_scaffold_without_control_updates_is_fedavg_exactly_and_doubles_traffic():
     fed = digits_federation("iid", 10)
-    common = {"rounds": 3, "train": DIGITS_TRAIN, "clients": {"fraction": 0.5}}
+    common = {"rounds": 3, "train": PLAIN_SGD, "clients": {"fraction": 0.5}}
     avg = simulate(FedAvg(), fed, "cnn_small", **common)
     off = simulate(Scaffold(update_controls=False), fed, "cnn_small", **common)
     assert no_bytes(off.history) == no_bytes(avg.history)
@@ -127,7 +250,7 @@ def run(strategy, tmp=None, rounds=4, resume=False):
         digits_federation("iid", 10),
         "cnn_small",
         rounds=rounds,
-        train=DIGITS_TRAIN,
+        train=PLAIN_SGD,
         clients={"fraction": 0.2},
         run_dir=tmp,
         resume=resume,
@@ -163,9 +286,6 @@ def test_client_state_is_kept_checkpointed_and_resumed_exactly(tmp_path, make):
 
 # ---------------------------------------------------------------- small real-data check
 PATHOLOGICAL = {"name": "pathological", "classes_per_client": 2, "per_class": 80}
-PLAIN_SGD = {**DIGITS_TRAIN, "momentum": 0.0}
-"""Option II's (x − y)/(K·η) assumes plain SGD: with momentum 0.9 the local steps are about
-10× longer than K·η and SCAFFOLD diverged here (lr 0.05, momentum 0.9, Dir(0.1))."""
 
 
 def final_accuracy(strategy_factory, seed: int) -> float:
@@ -184,7 +304,7 @@ def final_accuracy(strategy_factory, seed: int) -> float:
 def test_scaffold_and_feddyn_beat_fedavg_on_a_pathological_split():
     """Digits, 10 clients with 2 classes each (160 samples), half of them a round, 20 rounds,
     SGD lr 0.05 without momentum. Measured over seeds 0-2 (final accuracy, %): FedAvg 45.1,
-    SCAFFOLD 54.5, FedDyn (α = 1e-4) 81.4."""
+    SCAFFOLD 54.5, FedDyn (α = 1e-2, the default) 81.5."""
     seeds = range(3)
     mean = {
         name: sum(final_accuracy(factory, s) for s in seeds) / 3

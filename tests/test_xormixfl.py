@@ -14,7 +14,7 @@ from fedshare.functional.mixup import ORDERS, fold_weights, soft_labels
 from fedshare.functional.xor_mixup import blend, blend_by_label, quantize, xor_code
 from fedshare.privacy.mds import classical_mds, distance_stats, min_contributor_distance
 from fedshare.strategies import make_strategy
-from helpers import digits_federation, load_script
+from helpers import digits_federation, load_script, results_only
 
 SMALL = {"name": "xormix", "target_labels": [9], "n": 2, "m": 25}
 TRAIN = {"local_epochs": 50, "batch_size": 32, "optimizer": "adam", "lr": 1e-2}
@@ -130,9 +130,7 @@ def test_protocol_shape_one_upload_per_device_no_model_traffic():
 
 def test_alpha_has_no_effect_at_p1_and_runs_are_deterministic():
     def summary(**params):
-        out = shared("xormixfl", **params)[1]
-        del out["wall_time_s"]
-        return out
+        return results_only(shared("xormixfl", **params)[1])
 
     summaries = [summary(alpha=a) for a in (0.25, 0.5, 0.95)]
     assert summaries[0] == summaries[1] == summaries[2]

@@ -14,6 +14,7 @@ from fedshare.engine.training import check_finite, fit
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 GradHook = Callable[[nn.Module], None]
+StepHook = Callable[[nn.Module], None]
 
 
 def cross_entropy_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -28,13 +29,18 @@ def train_local(
     epochs: int | None = None,
     extra: Samples | None = None,
     batches: Iterable[Batch] | None = None,
+    step_hook: StepHook | None = None,
 ) -> torch.Tensor:
     """Train `model` with the configured optimizer on the client's batches (with `extra`
     received samples, if given; or on `batches`, which `loss_fn` takes after the model);
-    return the mean loss (a device tensor, checked finite)."""
+    return the mean loss (a device tensor, checked finite). `grad_hook` runs between backward
+    and the optimizer step, `step_hook` after each step."""
     model.train()
+    optimizer = client.make_optimizer(model.parameters())
+    if step_hook is not None:
+        optimizer.register_step_post_hook(lambda *_: step_hook(model))
     mean = fit(
-        client.make_optimizer(model.parameters()),
+        optimizer,
         client.batches(epochs=epochs, extra=extra) if batches is None else batches,
         lambda batch: loss_fn(model, *batch),
         None if grad_hook is None else lambda: grad_hook(model),

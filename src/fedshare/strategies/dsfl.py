@@ -7,7 +7,8 @@ FedAvg whose clients upload only the K = ⌈`keep`·|θ|⌉ largest-magnitude en
 engine counts that string as the client's upload. The server adds the n_k-weighted mean of the
 sparse updates to θ. With `error_feedback` each client keeps what it dropped (in
 `client.state`) and adds it to its next update. Deviation: K is fixed; the spec gives only
-"top-K = half", not how the original adapts the sparsity over rounds.
+"top-K = half", not how the original adapts the sparsity over rounds. Any local optimizer: the
+sparsification and the residual act on the weight update Δ_k, whatever produced it.
 """
 
 import math

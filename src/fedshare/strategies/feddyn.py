@@ -9,17 +9,24 @@ Client k keeps ∇L_k(θ_k^{t−1}) in `client.state` (zero before its first rou
 
     h ← h − (α/m)·Σ_{k∈S}(θ_k^t − θ^{t−1}),   θ^t = mean_S(θ_k^t) − h/α,
 
-m = the number of clients; the mean is weighted by sample counts (as FedAvg's, ReBaFL spec
-§7.17). State and h cover the trainable parameters; buffers (BatchNorm statistics) are averaged.
-Only weights cross the network, so the traffic equals FedAvg's.
+m = the number of clients. The mean over the cohort S is weighted by sample counts by default
+(`mean=samples`, as FedAvg's, ReBaFL spec §7.17); `mean=plain` is the paper's (1/|S|)·Σ_S θ_k
+(Algorithm 1). State and h cover the trainable parameters; buffers (BatchNorm statistics) are
+averaged. Only weights cross the network, so the traffic equals FedAvg's.
 
-α defaults to ReBaFL's baseline value 1e-4 (shared/specs/rebafl.md §6: its code's value; the
-FedDyn paper uses 1e-2 to 1e-1). ReBaFL's code keeps h pre-divided by α, which is the same rule.
+α defaults to 1e-2, the smallest value of the FedDyn paper's grid (1e-2 to 1e-1); ReBaFL's
+baseline uses its code's 1e-4 (shared/specs/rebafl.md §6), which the ReBaFL tables set
+explicitly. ReBaFL's code keeps h pre-divided by α, which is the same rule.
+
+Optimizer: any. The two terms are the gradient of the local objective, so every optimizer
+minimises the same objective, and the state update ∇L_k ← ∇L_k − α(θ_k^t − θ^{t−1}) is the
+first-order condition at its minimiser, whichever solver reached it (the paper: "any local
+solver"; weight decay becomes part of L_k).
 """
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -43,13 +50,19 @@ from fedshare.strategies.base import (
 class FedDyn(ParamVectorStrategy):
     """FedDyn with the dynamic regulariser of weight `alpha` (> 0)."""
 
-    alpha: float = 1e-4
+    alpha: float = 1e-2
+    mean: str = "samples"
+    """samples: the cohort's models weighted by n_k (FedAvg's); plain: (1/|S|)·Σ (the paper)."""
+
+    MEANS: ClassVar[tuple[str, ...]] = ("samples", "plain")
 
     def __post_init__(self) -> None:
         if self.alpha <= 0:
             raise FedshareError(
                 f"strategy.alpha={self.alpha} must be > 0 (the server divides h by alpha)"
             )
+        if self.mean not in self.MEANS:
+            raise FedshareError(f"strategy.mean={self.mean!r} is not one of {list(self.MEANS)}")
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
@@ -105,7 +118,7 @@ class FedDyn(ParamVectorStrategy):
         mean = RunningMean()
         drift = torch.zeros_like(self.h)
         for update in updates:
-            mean.add(update.weights, update.aggregation_weight)
+            mean.add(update.weights, update.aggregation_weight if self.mean == "samples" else 1.0)
             drift += self.pv.of(update.weights) - before
             update.weights = None
         if mean.empty:

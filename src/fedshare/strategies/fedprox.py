@@ -5,6 +5,10 @@
 mu from `--beta`: its CIFAR-10 script passes 0.001, its UCI-HAR script 1, and its UrbanSound8K
 script leaves main.py's default, 1 (the `fedprox` and `fedprox_mu1` rows of
 `fedshare/paper/tables/flea.json`). The default `squared` is the paper's term.
+
+Any local optimizer: the proximal gradient makes every optimizer minimise the paper's local
+objective F_k(w) + mu/2·||w − w_g||², of which FedProx asks only an inexact solution by "any
+local solver" (its γ-inexactness).
 """
 
 from dataclasses import dataclass

@@ -7,10 +7,13 @@ Local loss: CE + μ·ℓ_con with, for each sample's representation z,
 sim = cosine similarity; z_glob comes from the received global model (frozen) and z_prev from
 the client's own local model of its previous participation (frozen), kept as a flat vector in
 `client.state["prev"]` (stored off-device by the engine and checkpointed; updated only when the
-client participates, rebafl.md §7 item 18). At a client's first participation there is no
-previous model and the global model stands in (z_prev = z_glob): ℓ_con is then the constant
-log 2 with zero gradient, the same as MOON's code, whose empty model pool gives the first round
-no negative and no contrastive gradient.
+client participates, rebafl.md §7 item 18). Before a client's first participation its previous
+model is its untrained local network, as in MOON's code, whose pool of previous models holds
+every party's network, trained or not: here every client starts from the run's initial model
+(MOON's `is_same_initial`), so a client that first takes part in round t > 0 contrasts against
+that initial network, and ℓ_con has a gradient. In round 0 the global model is the initial
+one, z_prev = z_glob, and ℓ_con is the constant log 2 with zero gradient (MOON's code: its
+empty pool gives round 0 no negative and no contrastive gradient).
 
 Representation z: with `projection_dim=0` (default) the penultimate features `features(x)` (the
 head's input; fedaa.md §5 recommends F's output). With `projection_dim=p > 0` a projection MLP
@@ -86,31 +89,37 @@ class MOON(FedAvg):
                 f"strategy.projection_dim={self.projection_dim} must be >= 0 (0: no projection)"
             )
 
-    def _net(self, model: nn.Module, device: torch.device) -> MoonNet:
-        """`model` with the projection head (if any); the flat state covers both."""
+    def _net(self, model: nn.Module, device: torch.device, seed: int) -> MoonNet:
+        """`model` with the projection head (if any, initialised from the run's `seed`, so the
+        server and the clients build the same initial head); the flat state covers both."""
         require_body(model, "moon")
         projection = None
         if self.projection_dim:
             d = model.head.in_features if isinstance(model.head, nn.Linear) else None
             if d is None:
                 raise FedshareError("strategy.projection_dim needs a model whose head is a Linear")
-            projection = nn.Sequential(
-                nn.Linear(d, d), nn.ReLU(), nn.Linear(d, self.projection_dim)
-            ).to(device)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                projection = nn.Sequential(
+                    nn.Linear(d, d), nn.ReLU(), nn.Linear(d, self.projection_dim)
+                ).to(device)
         return MoonNet(model, projection)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        self.net = self._net(ctx.model, ctx.device)
+        self.net = self._net(ctx.model, ctx.device, ctx.config.seed)
         self.flat = FlatState(self.net)  # == FlatState(model) without a projection head
 
     def client_setup(self, ctx: ClientSetup) -> None:
         """The worker with its own projection head, and scratch copies for the global and the
         previous models (their weights come from the message and `client.state`): one previous
-        model per client that trains at once (`train.batched`), made here, not per round."""
+        model per client that trains at once (`train.batched`), made here, not per round. The
+        initial network (`ctx.model` holds the initial weights here) is every client's previous
+        model until it first takes part."""
         super().client_setup(ctx)
-        self.net = self._net(ctx.model, ctx.device)
+        self.net = self._net(ctx.model, ctx.device, ctx.seed)
         self.flat = FlatState(self.net)
+        self._initial = self.flat.flatten(self.net).clone()
         frozen = copy.deepcopy(self.net).requires_grad_(False).eval()
         self._global_net = frozen
         self._prev_nets = [copy.deepcopy(frozen) for _ in range(max(1, ctx.train.batched))]
@@ -121,7 +130,7 @@ class MOON(FedAvg):
     def client_update(self, client: Client, message: Message) -> Update:
         net = self.load_weights(self.net, message.weights)  # the worker and its projection
         glob = self.load_weights(self._global_net, message.weights)
-        prev = self.load_weights(self._prev_nets[0], client.state.get("prev", message.weights))
+        prev = self.load_weights(self._prev_nets[0], self._previous(client))
         loss = train_local(client, net, self._loss, batches=self._batches(client, glob, prev))
         return self._upload(client, self.flat.flatten(net), loss)
 
@@ -131,7 +140,7 @@ class MOON(FedAvg):
         outside the vectorised step; the stacked worker with its projection trains on them."""
         glob = self.load_weights(self._global_net, message.weights)
         prevs = [
-            self.load_weights(net, c.state.get("prev", message.weights))
+            self.load_weights(net, self._previous(c))
             for c, net in zip(clients, self._prev_nets, strict=False)  # one per chunk position
         ]
         streams = [self._batches(c, glob, p) for c, p in zip(clients, prevs, strict=True)]
@@ -141,6 +150,10 @@ class MOON(FedAvg):
             self._upload(c, u.weights, u.metrics["train_loss"])
             for c, u in zip(clients, updates, strict=True)
         ]
+
+    def _previous(self, client: Client) -> torch.Tensor:
+        """The client's local model of its last participation, else its untrained network."""
+        return client.state.get("prev", self._initial)
 
     @staticmethod
     def _batches(client: Client, glob: MoonNet, prev: MoonNet) -> Iterator[Batch]:

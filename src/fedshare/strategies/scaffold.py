@@ -13,13 +13,22 @@ The server keeps the global model x and the control variate c; client i keeps it
   c += Σ_S (n_i/n)·Δc_i (n = all clients' samples): the paper's (|S|/N)·mean_S(Δc_i) for equal
   client sizes, and c stays the n_i-weighted mean of every c_i for unequal ones.
 
+Optimizer. The paper's local steps are plain SGD, y ← y − η(g − c_i + c), and option II reads
+the mean corrected gradient off the path as (x − y_i)/(K·η): both hold only for momentum-free
+SGD. `correction=gradient` (default, the paper's form) refuses any other optimizer, and the
+strategy's `train_defaults` make plain SGD (lr 0.05, momentum 0) the default on every dataset,
+whatever the dataset's own optimizer (Adam on CIFAR, audio, HAR and feature files, under which
+option II's c grew to ‖c‖ ≈ 50 and the run stayed at chance, docs/baselines.md).
+`correction=after_step` is the explicit form of ReBaFL's code for SGD with momentum: the
+optimizer steps on the (clipped) raw gradient and y ← y − η(c − c_i) follows each step; c_i⁺
+keeps option II's formula. It equals `gradient` for momentum-free SGD without weight decay.
+
 ReBaFL's baseline settings (shared/specs/rebafl.md §6): server lr 1, gradient clipping at norm
-10, and c incremented by the mean Δc_i without the |S|/N factor (`scale_c_by_fraction=false`).
-ReBaFL's code subtracts lr·(c − c_i) after each SGD step; here the correction enters the
-gradient (the paper's form), which is the same for momentum-free SGD.
+10, c incremented by the mean Δc_i without the |S|/N factor (`scale_c_by_fraction=false`),
+SGD momentum 0.5 with `correction=after_step` (the ReBaFL tables' `scaffold` method).
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -31,6 +40,7 @@ from fedshare.engine.batched import Rows, clip_rows
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_local, train_stacked
+from fedshare.strategies._optimizer import require_sgd
 from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import (
     Message,
@@ -46,16 +56,26 @@ class Scaffold(ParamVectorStrategy):
     """SCAFFOLD with option II control-variate updates; c and c_i cover the trainable
     parameters (buffers such as BatchNorm statistics are averaged as in FedAvg)."""
 
-    train_defaults: ClassVar[Mapping[str, Any]] = {"momentum": 0.0}
-    """Option II's control variates assume plain SGD steps: with momentum 0.9 (the digits
-    default) the run diverged in round 8 (docs/baselines.md)."""
+    train_defaults: ClassVar[Mapping[str, Any]] = {"optimizer": "sgd", "lr": 0.05, "momentum": 0.0}
+    """Plain SGD on every dataset (the paper's local solver, which option II assumes): with
+    momentum 0.9 (the digits default) the run diverged in round 8, with Adam 1e-3 it stayed
+    at chance (docs/baselines.md)."""
 
     lr_global: float = 1.0
     update_controls: bool = True
     scale_c_by_fraction: bool = True
     clip_norm: float = 0.0
+    correction: str = "gradient"
+    """gradient: g − c_i + c is the step's gradient (the paper; plain SGD only); after_step:
+    y −= η(c − c_i) after each SGD step (ReBaFL's code; SGD with any momentum)."""
+
+    CORRECTIONS: ClassVar[tuple[str, ...]] = ("gradient", "after_step")
 
     def __post_init__(self) -> None:
+        if self.correction not in self.CORRECTIONS:
+            raise FedshareError(
+                f"strategy.correction={self.correction!r} is not one of {list(self.CORRECTIONS)}"
+            )
         if self.lr_global <= 0:
             raise FedshareError(f"strategy.lr_global={self.lr_global} must be > 0")
         if self.clip_norm < 0:
@@ -63,7 +83,19 @@ class Scaffold(ParamVectorStrategy):
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
+        require_sgd(
+            ctx.config.train,
+            "scaffold",
+            momentum_free=self.correction == "gradient",
+            why="option II's c_i⁺ = c_i − c + (x − y_i)/(K·η) reads the corrected gradient "
+            "off an SGD path",
+            instead="or strategy.correction=after_step for SGD with momentum (ReBaFL's code)",
+        )
         self.c = torch.zeros(self.pv.numel, device=ctx.device)
+
+    def batched_step(self) -> Callable[[list[Client], Message], list[Update]] | None:
+        """The gradient form trains several clients at once; `after_step` runs serially."""
+        return super().batched_step() if self.correction == "gradient" else None
 
     def broadcast(self, round_idx: int) -> Message:
         return Message(weights=self.flat.flatten(self.model), payload={"c": self.c})
@@ -72,6 +104,7 @@ class Scaffold(ParamVectorStrategy):
         model = self.load_weights(client.model, message.weights)
         params = self.pv.params(model)
         correction = message.payload["c"] - self._c_i(client, message)
+        after_step = self.correction == "after_step"
         steps = 0
 
         def corrected(_: nn.Module) -> None:
@@ -79,9 +112,19 @@ class Scaffold(ParamVectorStrategy):
             steps += 1
             if self.clip_norm > 0:
                 torch.nn.utils.clip_grad_norm_(params, self.clip_norm)
-            self.pv.add_to_grads(params, correction)
+            if not after_step:
+                self.pv.add_to_grads(params, correction)
 
-        loss = train_local(client, model, grad_hook=corrected)
+        chunks = correction.split(self.pv.sizes)
+        per_param = [c.view_as(p) for p, c in zip(params, chunks, strict=True)]
+
+        def step_back(_: nn.Module) -> None:
+            with torch.no_grad():
+                torch._foreach_add_(params, per_param, alpha=-client.lr)
+
+        loss = train_local(
+            client, model, grad_hook=corrected, step_hook=step_back if after_step else None
+        )
         return self._upload(client, message, self.flat.flatten(model), steps, loss)
 
     def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
