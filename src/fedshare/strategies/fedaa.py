@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +51,7 @@ from torch.func import functional_call
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
+from fedshare.engine.optim import learning_rate, make_optimizer
 from fedshare.engine.rng import derive_seed, torch_generator
 from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError
@@ -88,6 +89,15 @@ class FedAA(FedAvg):
     """Local training, server-side adversarial fine-tuning and per-client identifiers, then a
     second local pass against the client's own identifier (module docstring)."""
 
+    train_defaults: ClassVar[Mapping[str, Any]] = {
+        "optimizer": "sgd",  # §2.8: plain SGD at a fixed lr 0.0025, batch 256, E1 = 10
+        "lr": 0.0025,
+        "momentum": 0.0,
+        "weight_decay": 0.0,
+        "batch_size": 256,
+        "local_epochs": 10,
+    }
+
     second_epochs: int = 1
     adv_per_label: int = 32
     adv_init_std: float = 1.0
@@ -95,7 +105,7 @@ class FedAA(FedAvg):
     adv_max_iter: int = 100
     finetune: bool = True
     finetune_epochs: int = 10
-    finetune_lr: float = 0.0025
+    finetune_lr: float | None = None
     finetune_batch_size: int = 256
     identifier: bool = True
     identifier_hidden: int = 512
@@ -124,6 +134,11 @@ class FedAA(FedAvg):
             raise FedshareError(
                 f"strategy.adv_solver={self.adv_solver!r} is not a solver; valid: auto, "
                 f"{', '.join(SOLVERS)}"
+            )
+        if self.finetune_lr is not None and self.finetune_lr <= 0:
+            raise FedshareError(
+                f"strategy.finetune_lr={self.finetune_lr} must be > 0, or null for the local "
+                f"learning rate"
             )
         if self.adv_loss_weight < 0 or self.adv_init_std <= 0:
             raise FedshareError(
@@ -265,7 +280,9 @@ class FedAA(FedAvg):
         y = torch.cat([y for _, y in others])
         model = self.load_weights(self.scratch, weights)
         model.train()
-        optimizer = torch.optim.SGD(model.parameters(), lr=self.finetune_lr)
+        train = self.config.train
+        lr = learning_rate(train, round_idx) if self.finetune_lr is None else self.finetune_lr
+        optimizer = make_optimizer(model.parameters(), train, lr)
         gen = torch_generator(
             self.config.seed, "fedaa/finetune", round_idx, cid, device=self.device
         )
