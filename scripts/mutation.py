@@ -77,22 +77,32 @@ METHODS: dict[str, Target] = {
         {
             "src/fedshare/strategies/fedaa.py": (
                 "FedAA._finetuned",
-                "FedAA._train_identifiers",
                 "FedAA.identifier_message",
-                "FedAA.second_pass",
                 "FedAA.identifier_of",
                 "FedAA.adversarial_loss",
             ),
             "src/fedshare/strategies/_identifier.py": ("identifier_loss",),
         },
-        "tests/test_fedaa.py -k 'eq7 or eq6 or each_client or finetune or non_i'",
+        " ".join(
+            f"tests/test_fedaa.py::test_{name}"
+            for name in (
+                "eq7_is_ce_plus_weighted_softplus_of_the_identifiers_logit_with_its_gradient",
+                "identifier_loss_is_eq6_with_separate_means",
+                "finetune_fits_the_other_clients_labels_with_local_trainings_optimizer",
+                "finetune_uses_only_the_other_clients_examples",
+                "each_client_is_sent_the_identifier_that_scores_its_own_examples_highest",
+                "non_i_keeps_the_first_aggregations_model_path",
+            )
+        ),
     ),
     "fedntd": Target(
         {
             "src/fedshare/strategies/fedntd.py": ("FedNTD.local_loss",),
             "src/fedshare/functional/losses.py": ("not_true_distillation", "distillation_kl"),
         },
-        "tests/test_feddecorr_fedntd.py -k 'not_true or (gradient and fedntd) or refused'",
+        "tests/test_feddecorr_fedntd.py "
+        "tests/test_flea.py::test_soft_cross_entropy_and_distillation"  # the shared KL's test
+        " -k 'not_true or (gradient and fedntd) or refused or distillation'",
     ),
     "feddecorr": Target(
         {
@@ -109,10 +119,19 @@ METHODS: dict[str, Target] = {
                 "FLea._mixed_loss",
                 "FLea._teacher_logits",
             ),
-            "src/fedshare/functional/mixup.py": ("mix_pair", "as_soft_labels", "mix_labels"),
+            "src/fedshare/functional/mixup.py": ("as_soft_labels", "mix_labels"),
             "src/fedshare/functional/losses.py": ("soft_cross_entropy",),  # KL: under fedntd
         },
-        "tests/test_flea.py -k 'term_by_term or warmup_step or mixup or soft_cross or kd_teacher'",
+        " ".join(
+            f"tests/test_flea.py::test_{name}"
+            for name in (
+                "step_loss_is_the_code_form_term_by_term_value_and_gradient",
+                "warmup_step_loss_is_ce_plus_kd_on_raw_inputs_plus_dcor",
+                "kd_teacher_is_frozen_with_mixed_inputs",
+                "mixup_identities",
+                "soft_cross_entropy_and_distillation",
+            )
+        ),
     ),
 }
 """Methods not listed here have not been run yet (docs/mutation.md)."""

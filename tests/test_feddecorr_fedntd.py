@@ -45,6 +45,9 @@ def test_not_true_distillation_ignores_the_true_class():
     moved[torch.arange(8), y] += 7.0  # the true class's logit plays no part
     assert float(not_true_distillation(moved, teacher, y, 2.0)) == pytest.approx(float(loss))
     assert float(not_true_distillation(logits, logits, y, 2.0)) == pytest.approx(0.0, abs=1e-6)
+    assert float(not_true_distillation(logits, teacher, y)) == pytest.approx(  # default τ = 1
+        float(not_true_distillation(logits, teacher, y, 1.0))
+    )
     # by hand for one sample: drop class y, KL(softmax(t/T) ‖ softmax(s/T)) · T²
     keep = [c for c in range(5) if c != int(y[0])]
     p = F.softmax(teacher[0, keep] / 2, 0)
