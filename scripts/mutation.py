@@ -86,6 +86,7 @@ METHODS: dict[str, Target] = {
         " ".join(
             f"tests/test_fedaa.py::test_{name}"
             for name in (
+                "the_second_pass_uses_the_received_identifier_exactly_when_lambda_is_positive",
                 "eq7_is_ce_plus_weighted_softplus_of_the_identifiers_logit_with_its_gradient",
                 "identifier_loss_is_eq6_with_separate_means",
                 "finetune_fits_the_other_clients_labels_with_local_trainings_optimizer",

@@ -3,6 +3,7 @@ round checked against the spec's §8 properties, and the bytes it counts."""
 
 import copy
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -29,6 +30,7 @@ from fedshare.strategies._identifier import (
     identifier_loss,
     train_identifier,
 )
+from fedshare.strategies.base import Message
 
 SMALL_CNN = {"channels": [8, 16], "hidden": [32, 16]}
 TRAIN = {"local_epochs": 2, "batch_size": 64, "lr": 0.05}
@@ -255,6 +257,15 @@ def _client_side(strategy: FedAA, model: nn.Module) -> FedAA:
     return strategy
 
 
+def test_the_second_pass_uses_the_received_identifier_exactly_when_lambda_is_positive():
+    received = torch.randn(5)
+    client = SimpleNamespace(personal=Message(payload={"identifier": received}))
+    for weight in (0.03, 1.0, 2.5):
+        assert FedAA(adv_loss_weight=weight).identifier_of(client) is received
+    assert FedAA(adv_loss_weight=0.0).identifier_of(client) is None  # λ = 0: plain CE
+    assert FedAA().identifier_of(SimpleNamespace(personal=None)) is None  # none sent (Non-I)
+
+
 def test_eq7_is_ce_plus_weighted_softplus_of_the_identifiers_logit_with_its_gradient():
     """Eq. 7: CE + λ·mean softplus(I_k(F(x))) by hand, value and gradient (into F and T
     only); minimising it lowers I_k's logit on the client's data (spec §8 item 8)."""
@@ -317,7 +328,7 @@ def test_both_client_phases_run_batched_as_serially():
         data = islands()
         model = init_model("fedaa_cnn", data, 0, SMALL_CNN)
         train = {**TRAIN, "batched": batched}
-        return simulate(FedAA(**QUICK), data, model, rounds=2, train=train)
+        return simulate(FedAA(**QUICK, adv_loss_weight=1.0), data, model, rounds=2, train=train)
 
     serial = run(0)
     with warnings.catch_warnings():
