@@ -12,7 +12,8 @@ src/fedshare/functional/) and the method's own tests. For each method the script
 3. checks that the test selection passes unmutated, then runs `cosmic-ray exec`: each mutant is
    applied to the copy, the selection runs (`pytest -x`), and a failing run kills the mutant;
 4. writes `<out>/<method>.json` (per mutant: module, line, operator, outcome, diff) and prints
-   the kill rate; `--report` prints the table of docs/mutation.md from those files.
+   the kill rate; `--recheck` runs only the survivors again against the current tests (after
+   new tests were written for them); `--report` prints the table of docs/mutation.md.
 
 Not the default test tier: it runs the selection once per mutant (minutes per method).
 
@@ -128,6 +129,7 @@ METHODS: dict[str, Target] = {
             for name in (
                 "step_loss_is_the_code_form_term_by_term_value_and_gradient",
                 "warmup_step_loss_is_ce_plus_kd_on_raw_inputs_plus_dcor",
+                "dcor_counts_from_two_samples_and_skips_a_batch_of_one",
                 "kd_teacher_is_frozen_with_mixed_inputs",
                 "mixup_identities",
                 "soft_cross_entropy_and_distillation",
@@ -262,6 +264,36 @@ def run_method(name: str, target: Target, out: Path, timeout: float) -> None:
             print(f"  survived {r['module']}:{r['line']} {r['operator']}\n{r['diff']}")
 
 
+def recheck_method(name: str, target: Target, out: Path, timeout: float) -> None:
+    """Run the survivors of `<out>/<method>.json` again against the current tests (after new
+    tests were written for them); a mutant now killed is marked `killed` and `rechecked`."""
+    path = out / f"{name}.json"
+    record = json.loads(path.read_text())
+    cosmic_ray = Path(sys.executable).with_name("cosmic-ray")
+    with tempfile.TemporaryDirectory(prefix=f"mutation-{name}-") as scratch:
+        work = Path(scratch)
+        copy_tree(work)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(work / "src")}
+        command = f"{PYTEST} {target.tests}"
+        for row in record["mutants"]:
+            if row["outcome"] != "survived":
+                continue
+            args = [cosmic_ray, "mutate-and-test", row["module"], row["operator"]]
+            done = subprocess.run(
+                [*args, str(row["occurrence"]), command],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+            if json.loads(done.stdout)["test_outcome"] != "survived":
+                row.update(outcome="killed", rechecked=True)
+            print(f"{name}: {row['module']}:{row['line']} {row['operator']}: {row['outcome']}")
+    record["recheck_tests"] = target.tests
+    path.write_text(json.dumps(record, indent=1))
+
+
 def report(out: Path) -> None:
     print("| method | functions mutated | mutants | killed | kill rate | survivors |")
     print("|---|---|---|---|---|---|")
@@ -286,6 +318,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/mutation"))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
     parser.add_argument("--report", action="store_true")
+    parser.add_argument(
+        "--recheck", action="store_true", help="run only the survivors again (after new tests)"
+    )
     args = parser.parse_args()
     if args.report:
         report(args.out)
@@ -294,7 +329,8 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown method {unknown[0]!r}; valid: {', '.join(METHODS)}")
     for name in args.methods or list(METHODS):
-        run_method(name, METHODS[name], args.out, args.timeout)
+        step = recheck_method if args.recheck else run_method
+        step(name, METHODS[name], args.out, args.timeout)
 
 
 if __name__ == "__main__":

@@ -271,6 +271,22 @@ def test_step_loss_is_the_code_form_term_by_term_value_and_gradient():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_dcor_counts_from_two_samples_and_skips_a_batch_of_one():
+    """Eq. 5's term needs two samples: a batch of two adds λ2·dCor and counts, one does not."""
+    model, teacher, x, y = _flea_step_setup()
+    flea = make_strategy("flea")
+    flea.split, flea.num_classes = 1, 10
+    step = flea._step_loss(5, teacher)
+    loss, (dcor, counted) = step(model, x[:2], y[:2])
+    f = model.encode(x[:2], 1)
+    expected = F.cross_entropy(model.decode(f, 1), y[:2]) + 2.5 * distance_correlation(x[:2], f)
+    torch.testing.assert_close(loss, expected)
+    assert float(counted) == 1.0
+    loss, (dcor, counted) = step(model, x[:1], y[:1])
+    torch.testing.assert_close(loss, F.cross_entropy(model(x[:1]), y[:1]))
+    assert float(counted) == 0.0 and float(dcor) == 0.0
+
+
 def test_warmup_step_loss_is_ce_plus_kd_on_raw_inputs_plus_dcor():
     """Round 0 of the code (§2.3): CE + 0.5·KL(θ^(1)(x) ‖ θ_k(x)) + 3·dCor(x, f)."""
     model, teacher, x, y = _flea_step_setup()
