@@ -102,8 +102,8 @@ METHODS: dict[str, Target] = {
             "src/fedshare/strategies/fedntd.py": ("FedNTD.local_loss",),
             "src/fedshare/functional/losses.py": ("not_true_distillation", "distillation_kl"),
         },
-        "tests/test_feddecorr_fedntd.py "
         "tests/test_flea.py::test_soft_cross_entropy_and_distillation"  # the shared KL's test
+        " tests/test_feddecorr_fedntd.py"
         " -k 'not_true or (gradient and fedntd) or refused or distillation'",
     ),
     "feddecorr": Target(
