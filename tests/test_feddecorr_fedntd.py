@@ -11,6 +11,7 @@ from fedshare import simulate
 from fedshare.config import TrainConfig
 from fedshare.engine.client_side import ClientSetup
 from fedshare.engine.flat import FlatState
+from fedshare.errors import FedshareError
 from fedshare.functional.losses import decorrelation_loss, not_true_distillation
 from fedshare.models import build_model
 from fedshare.strategies import make_strategy
@@ -48,6 +49,8 @@ def test_not_true_distillation_ignores_the_true_class():
     assert float(not_true_distillation(logits, teacher, y)) == pytest.approx(  # default τ = 1
         float(not_true_distillation(logits, teacher, y, 1.0))
     )
+    with pytest.raises(FedshareError, match="temperature=0"):
+        not_true_distillation(logits, teacher, y, 0.0)
     # by hand for one sample: drop class y, KL(softmax(t/T) ‖ softmax(s/T)) · T²
     keep = [c for c in range(5) if c != int(y[0])]
     p = F.softmax(teacher[0, keep] / 2, 0)
