@@ -14,7 +14,7 @@ python="${1:-python3}"
 venv="$(mktemp -d)/venv"
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet hatchling -e ".[dev]"
+"$venv/bin/python" -m pip install --quiet hatchling -e ".[dev,mutation]"
 {
     echo "# The tested versions; install with: PIP_CONSTRAINT=constraints.txt pip install -e \".[dev]\""
     echo "# Made by scripts/refresh_constraints.sh with $("$venv/bin/python" --version) on $(date -u +%Y-%m-%d)."

@@ -3,6 +3,7 @@ round checked against the spec's §8 properties, and the bytes it counts."""
 
 import copy
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,17 +11,26 @@ from torch import nn
 
 from fedshare import simulate
 from fedshare.api import init_model
+from fedshare.config import TrainConfig
 from fedshare.data import federate
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import keep_classes
+from fedshare.engine.client_side import ClientSetup
 from fedshare.engine.flat import FlatState
+from fedshare.engine.optim import make_optimizer
 from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
 from fedshare.functional.fooling import Box, fool
 from fedshare.models import build_model
 from fedshare.privacy.dcor import distance_correlation
 from fedshare.strategies import FedAA, FedAvg
-from fedshare.strategies._identifier import ClientIdentifier, identifier_loss, train_identifier
+from fedshare.strategies._identifier import (
+    SLOPE,
+    ClientIdentifier,
+    identifier_loss,
+    train_identifier,
+)
+from fedshare.strategies.base import Message
 
 SMALL_CNN = {"channels": [8, 16], "hidden": [32, 16]}
 TRAIN = {"local_epochs": 2, "batch_size": 64, "lr": 0.05}
@@ -135,6 +145,36 @@ def test_finetune_uses_only_the_other_clients_examples():
     assert torch.equal(alone, weights)  # m = 1: nothing to fine-tune on, bitwise unchanged
 
 
+def test_finetune_fits_the_other_clients_labels_with_local_trainings_optimizer():
+    """Eq. 5 with each example's own label, and the optimizer of local training (spec §2.5):
+    `finetune_lr=None` takes the round's local lr, so the result is that optimizer's steps."""
+    strategy = FedAA(**{**QUICK, "finetune_epochs": 30})
+    fedaa_run(strategy)
+    weights = strategy.flat.flatten(strategy.model).clone()
+    g = torch.Generator().manual_seed(3)
+    examples = [(torch.randn(6, 3, 16, 16, generator=g), torch.full((6,), c)) for c in range(4)]
+    x = torch.cat([x for x, _ in examples[1:]])
+    y = torch.cat([y for _, y in examples[1:]])
+    model = strategy.load_weights(strategy.scratch, weights)
+    with torch.no_grad():
+        before = nn.functional.cross_entropy(model(x), y).item()
+    tuned = strategy._finetuned(weights, examples, 0, 0, 0)
+    model = strategy.load_weights(strategy.scratch, tuned)
+    with torch.no_grad():
+        after = nn.functional.cross_entropy(model(x), y).item()
+    assert after < 0.5 * before  # fitted to the others' examples *with their labels*
+    # one epoch, one batch: exactly one step of local training's optimizer at its lr
+    one = FedAA(**{**QUICK, "finetune_epochs": 1})
+    fedaa_run(one)
+    model = one.load_weights(one.scratch, weights).train()
+    optimizer = make_optimizer(model.parameters(), one.config.train, TRAIN["lr"])
+    model.zero_grad(set_to_none=True)
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    expected = one.flat.flatten(model)
+    torch.testing.assert_close(one._finetuned(weights, examples, 0, 0, 0), expected)
+
+
 # ------------------------------------------------------------------ Eq. 6: the identifier
 def test_identifier_loss_is_eq6_with_separate_means():
     z = torch.tensor([2.0, -1.0, 0.5, 3.0])
@@ -156,6 +196,112 @@ def test_identifier_separates_its_clients_examples():
     )
     assert end < start
     assert balanced >= 0.9
+
+
+def _spied_round(strategy: FedAA, rounds: int = 1) -> dict:
+    """Run `strategy` and keep, per round, every client's examples, F_avg and the identifier
+    each client was sent."""
+    seen: dict = {"examples": [], "f_avg": [], "sent": []}
+    synthesise, step, message = (
+        strategy._synthesise,
+        strategy.server_step,
+        strategy.identifier_message,
+    )
+
+    def spy_synthesise(uploads, round_idx):
+        examples, stats = synthesise(uploads, round_idx)
+        seen["examples"].append(dict(zip(uploads.clients, examples, strict=True)))
+        return examples, stats
+
+    def spy_step(updates, round_idx):
+        step(updates, round_idx)
+        seen["f_avg"].append(copy.deepcopy(strategy.model).eval())
+
+    def spy_message(round_idx, client_id):
+        sent = message(round_idx, client_id)
+        seen["sent"].append((round_idx, client_id, sent.payload["identifier"].clone()))
+        return sent
+
+    strategy._synthesise, strategy.server_step = spy_synthesise, spy_step
+    strategy.identifier_message = spy_message
+    fedaa_run(strategy, rounds=rounds)
+    return seen
+
+
+def test_each_client_is_sent_the_identifier_that_scores_its_own_examples_highest():
+    """Eq. 6's labels (client k's examples are I_k's positives) and the routing of I_k to
+    client k alone: on F_avg's features, the identifier client k receives gives k's own
+    examples a higher mean logit than every other client's examples."""
+    strategy = FedAA(**{**QUICK, "identifier_epochs": 300})
+    seen = _spied_round(strategy)
+    examples, f_avg = seen["examples"][0], seen["f_avg"][0]
+    template = ClientIdentifier(f_avg.features(examples[0][0][:1]).flatten(1).shape[1], 64)
+    flat = FlatState(template)
+    assert sorted(cid for _, cid, _ in seen["sent"]) == sorted(examples)
+    for _, cid, identifier in seen["sent"]:
+        with torch.no_grad():
+            means = {
+                owner: torch.func.functional_call(
+                    template, flat.views(identifier), f_avg.features(x)
+                ).mean()
+                for owner, (x, _) in examples.items()
+            }
+        assert max(means, key=means.get) == cid, (cid, means)
+        assert means[cid] > 0 > max(v for k, v in means.items() if k != cid)
+
+
+def _client_side(strategy: FedAA, model: nn.Module) -> FedAA:
+    strategy.client_setup(
+        ClientSetup(model, TrainConfig(), 0, torch.device("cpu"), 4, (3, 16, 16), 4)
+    )
+    return strategy
+
+
+def test_the_second_pass_uses_the_received_identifier_exactly_when_lambda_is_positive():
+    received = torch.randn(5)
+    client = SimpleNamespace(personal=Message(payload={"identifier": received}))
+    for weight in (0.03, 1.0, 2.5):
+        assert FedAA(adv_loss_weight=weight).identifier_of(client) is received
+    assert FedAA(adv_loss_weight=0.0).identifier_of(client) is None  # λ = 0: plain CE
+    assert FedAA().identifier_of(SimpleNamespace(personal=None)) is None  # none sent (Non-I)
+
+
+def test_eq7_is_ce_plus_weighted_softplus_of_the_identifiers_logit_with_its_gradient():
+    """Eq. 7: CE + λ·mean softplus(I_k(F(x))) by hand, value and gradient (into F and T
+    only); minimising it lowers I_k's logit on the client's data (spec §8 item 8)."""
+    torch.manual_seed(0)
+    model = build_model("fedaa_cnn", (3, 16, 16), 4, SMALL_CNN)
+    strategy = _client_side(FedAA(**QUICK, adv_loss_weight=0.3), model)
+    identifier = ClientIdentifier(16, 64)
+    flat_identifier = FlatState(identifier).flatten(identifier)
+    x, y = torch.randn(10, 3, 16, 16), torch.randint(0, 4, (10,))
+
+    def by_hand(net):
+        f = net.features(x)
+        h = nn.functional.leaky_relu(identifier.net[0](f), SLOPE)
+        z = identifier.net[4](nn.functional.leaky_relu(identifier.net[2](h), SLOPE)).squeeze(1)
+        return nn.functional.cross_entropy(net(x), y) + 0.3 * torch.log1p(z.exp()).mean(), z
+
+    got = strategy.adversarial_loss(model, x, y, flat_identifier, 1.0)
+    grads = torch.autograd.grad(got, list(model.parameters()))
+    expected, _ = by_hand(model)
+    torch.testing.assert_close(got, expected)
+    for a, b in zip(grads, torch.autograd.grad(expected, list(model.parameters())), strict=True):
+        torch.testing.assert_close(a, b)
+    row_off = strategy.adversarial_loss(model, x, y, flat_identifier, 0.0)  # a row without I_k
+    torch.testing.assert_close(row_off, nn.functional.cross_entropy(model(x), y))
+    # the direction: plain SGD on Eq. 7 lowers the identifier's logit more than CE alone
+    strong = _client_side(FedAA(**QUICK, adv_loss_weight=30.0), model)
+    moved = {}
+    for weight in (0.0, 1.0):
+        net = copy.deepcopy(model)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+        for _ in range(10):
+            optimizer.zero_grad()
+            strong.adversarial_loss(net, x, y, flat_identifier, weight).backward()
+            optimizer.step()
+        moved[weight] = by_hand(net)[1].mean().item()
+    assert moved[1.0] < moved[0.0] - 0.02, moved
 
 
 def test_a_round_logs_its_diagnostics_and_time_split():
@@ -182,7 +328,7 @@ def test_both_client_phases_run_batched_as_serially():
         data = islands()
         model = init_model("fedaa_cnn", data, 0, SMALL_CNN)
         train = {**TRAIN, "batched": batched}
-        return simulate(FedAA(**QUICK), data, model, rounds=2, train=train)
+        return simulate(FedAA(**QUICK, adv_loss_weight=1.0), data, model, rounds=2, train=train)
 
     serial = run(0)
     with warnings.catch_warnings():
@@ -264,6 +410,8 @@ def test_bad_settings_name_the_value():
         FedAA(adv_solver="adam")
     with pytest.raises(FedshareError, match="adv_per_label=0 must be >= 1"):
         FedAA(adv_per_label=0)
+    with pytest.raises(FedshareError, match=r"finetune_lr=0.0 must be > 0, or null"):
+        FedAA(finetune_lr=0.0)
 
 
 # ------------------------------------------------------------------ §3.3: the privacy argument

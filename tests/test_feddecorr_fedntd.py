@@ -1,13 +1,21 @@
 """FedDecorr and FedNTD (FLea's baselines, specs/flea.md §5): their losses exactly, β = 0 is
 FedAvg, and the configs carry FLea's values."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from fedshare import simulate
+from fedshare.config import TrainConfig
+from fedshare.engine.client_side import ClientSetup
+from fedshare.engine.flat import FlatState
+from fedshare.errors import FedshareError
 from fedshare.functional.losses import decorrelation_loss, not_true_distillation
+from fedshare.models import build_model
 from fedshare.strategies import make_strategy
+from fedshare.strategies.base import Message
 from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
 
 
@@ -38,6 +46,11 @@ def test_not_true_distillation_ignores_the_true_class():
     moved[torch.arange(8), y] += 7.0  # the true class's logit plays no part
     assert float(not_true_distillation(moved, teacher, y, 2.0)) == pytest.approx(float(loss))
     assert float(not_true_distillation(logits, logits, y, 2.0)) == pytest.approx(0.0, abs=1e-6)
+    assert float(not_true_distillation(logits, teacher, y)) == pytest.approx(  # default τ = 1
+        float(not_true_distillation(logits, teacher, y, 1.0))
+    )
+    with pytest.raises(FedshareError, match="temperature=0"):
+        not_true_distillation(logits, teacher, y, 0.0)
     # by hand for one sample: drop class y, KL(softmax(t/T) ‖ softmax(s/T)) · T²
     keep = [c for c in range(5) if c != int(y[0])]
     p = F.softmax(teacher[0, keep] / 2, 0)
@@ -65,3 +78,79 @@ def test_bad_parameters_are_refused():
         make_strategy("feddecorr", {"beta": -1})
     with pytest.raises(Exception, match=r"strategy\.tau=0"):
         make_strategy("fedntd", {"tau": 0})
+
+
+def _by_hand_decorrelation(z: torch.Tensor) -> torch.Tensor:
+    n, d = z.shape
+    s = (z - z.mean(0)) / torch.sqrt(1e-8 + z.var(0))
+    k = s.T @ s
+    return ((k**2).sum() - (k.diagonal() ** 2).sum()) / (d * d - d) / n
+
+
+def _by_hand_not_true(student, teacher, y, tau):
+    keep = torch.ones_like(student, dtype=torch.bool)
+    keep[torch.arange(len(y)), y] = False
+    s = student[keep].view(len(y), -1) / tau
+    t = teacher[keep].view(len(y), -1) / tau
+    p = F.softmax(t, 1)
+    return (p * (F.log_softmax(t, 1) - F.log_softmax(s, 1))).sum(1).mean() * tau**2
+
+
+def _local_loss(name: str, params: dict):
+    """The client side's loss for one step: the local model starts away from the global one
+    (the round's broadcast, FedNTD's teacher)."""
+    torch.manual_seed(0)
+    global_model = build_model("cnn_small", (1, 8, 8), 10)
+    local = copy.deepcopy(global_model)
+    with torch.no_grad():
+        for p in local.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    strategy = make_strategy(name, params)
+    setup = ClientSetup(local, TrainConfig(), 0, torch.device("cpu"), 10, (1, 8, 8), 4)
+    strategy.client_setup(setup)
+    message = Message(weights=FlatState(global_model).flatten(global_model))
+    return strategy.local_loss(local, message), local, global_model
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("feddecorr", {"beta": 0.7}), ("fedntd", {"beta": 0.7, "tau": 2.0})],
+)
+def test_local_loss_and_its_gradient_are_ce_plus_beta_times_the_term(name, params):
+    """Value *and* gradient of the local loss equal CE + β·term written out by hand (a term
+    whose gradient were lost, e.g. a detached feature, passes a loss-value check), and one SGD
+    step on it lowers the term more than a step on CE alone (the term's direction)."""
+    loss_fn, local, global_model = _local_loss(name, params)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(24, 1, 8, 8, generator=g), torch.randint(0, 10, (24,), generator=g)
+    global_model.eval()
+
+    def term(net):
+        if name == "feddecorr":
+            return _by_hand_decorrelation(net.encode(x, net.num_blocks - 1).flatten(1))
+        with torch.no_grad():
+            teacher = global_model(x)
+        return _by_hand_not_true(net(x), teacher, y, params["tau"])
+
+    local.train()
+    got = loss_fn(local, x, y)
+    expected = F.cross_entropy(local(x), y) + params["beta"] * term(local)
+    torch.testing.assert_close(got, expected)
+    parameters = list(local.parameters())
+    for a, b in zip(
+        torch.autograd.grad(got, parameters),
+        torch.autograd.grad(expected, parameters),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert all(p.grad is None for p in global_model.parameters())  # the teacher stays frozen
+    after = {}
+    for label, fn in (("ce", lambda net: F.cross_entropy(net(x), y)), ("full", loss_fn)):
+        net = copy.deepcopy(local)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+        for _ in range(3):
+            optimizer.zero_grad()
+            fn(net, x, y).backward() if label == "full" else fn(net).backward()
+            optimizer.step()
+        after[label] = term(net).item()
+    assert after["full"] < after["ce"], after

@@ -21,9 +21,10 @@ from fedshare.errors import FedshareError
 from fedshare.functional.losses import distillation_kl, soft_cross_entropy
 from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
 from fedshare.models import build_model
+from fedshare.privacy.dcor import distance_correlation
 from fedshare.privacy.exposure import ExposureTracker, expected_pair_exposure
 from fedshare.strategies import make_strategy
-from fedshare.strategies.flea import dcor_weight_at
+from fedshare.strategies.flea import FLea, dcor_weight_at
 from helpers import digits_federation, without_wall_time
 
 TRAIN = {
@@ -213,6 +214,119 @@ def test_kd_teacher_is_frozen_with_mixed_inputs():
         assert torch.allclose(a, b, atol=1e-7)
     through = _grads(model, leaky)  # what a teacher path with gradient would give
     assert not all(torch.allclose(a, b, atol=1e-7) for a, b in zip(got, through, strict=True))
+
+
+def _by_hand_kl(student, teacher, tau):
+    """KL(softmax(teacher/τ) ‖ softmax(student/τ))·τ², batch mean (FLea's code form)."""
+    p = F.softmax(teacher / tau, 1)
+    return (p * (F.log_softmax(teacher / tau, 1) - F.log_softmax(student / tau, 1))).sum(
+        1
+    ).mean() * tau**2
+
+
+def _flea_step_setup():
+    torch.manual_seed(0)
+    model = build_model("cnn_small", (1, 8, 8), 10)
+    teacher = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in teacher.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    teacher.requires_grad_(False).eval()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(10, 1, 8, 8, generator=g), torch.randint(0, 10, (10,), generator=g)
+    return model, teacher, x, y
+
+
+def test_step_loss_is_the_code_form_term_by_term_value_and_gradient():
+    """One local step after the warm-up (flea.md §2.5, code form), written out by hand:
+    mix·CE_soft(θ[l:](β f + (1 − β) f_buf), β e(y) + (1 − β) e(y_buf)) + local·CE(θ(x), y)
+    + kd·τ²·KL(θ^(t)[l:](f_buf) ‖ θ[l:](f_buf)) + λ2(g)·dCor(x, f), with a buffer batch shorter
+    than the local one (the local side cut to its length), distinct weights, asymmetric β.
+    Its value and its gradient must match (a dropped term, a flipped sign, a label mixed with
+    the wrong weight or a lost gradient all fail)."""
+    model, teacher, x, y = _flea_step_setup()
+    params = {"local_ce_weight": 0.7, "mix_ce_weight": 1.3, "kd_weight": 0.4}
+    flea = make_strategy("flea", {**params, "kd_temperature": 2.0})
+    flea.split, flea.num_classes = 1, 10
+    g = torch.Generator().manual_seed(2)
+    f_buf = model.encode(torch.randn(8, 1, 8, 8, generator=g), 1).detach()
+    y_buf = torch.randint(0, 10, (8,), generator=g)
+    beta = torch.linspace(0.05, 0.9, 8)
+    loss, (dcor, counted) = flea._step_loss(5, teacher)(model, x, y, f_buf, y_buf, beta)
+
+    f = model.encode(x, 1)
+    w = beta.view(-1, 1, 1, 1)
+    z_mix = model.decode(w * f[:8] + (1 - w) * f_buf, 1)
+    y_mix = beta[:, None] * F.one_hot(y[:8], 10) + (1 - beta[:, None]) * F.one_hot(y_buf, 10)
+    mixed = -(y_mix * F.log_softmax(z_mix, 1)).sum(1).mean()
+    kd = _by_hand_kl(model.decode(f_buf, 1), teacher.decode(f_buf, 1), 2.0)
+    dcor_ref = distance_correlation(x, f, "code")
+    lam2 = 3.0 - 0.1 * 5  # the code's schedule at g = 5
+    expected = 1.3 * mixed + 0.7 * F.cross_entropy(model.decode(f, 1), y) + 0.4 * kd
+    expected = expected + lam2 * dcor_ref
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(dcor, dcor_ref.detach())
+    assert float(counted) == 1.0
+    for a, b in zip(_grads(model, loss), _grads(model, expected), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_dcor_counts_from_two_samples_and_skips_a_batch_of_one():
+    """Eq. 5's term needs two samples: a batch of two adds λ2·dCor and counts, one does not."""
+    model, teacher, x, y = _flea_step_setup()
+    flea = make_strategy("flea")
+    flea.split, flea.num_classes = 1, 10
+    step = flea._step_loss(5, teacher)
+    loss, (dcor, counted) = step(model, x[:2], y[:2])
+    f = model.encode(x[:2], 1)
+    expected = F.cross_entropy(model.decode(f, 1), y[:2]) + 2.5 * distance_correlation(x[:2], f)
+    torch.testing.assert_close(loss, expected)
+    assert float(counted) == 1.0
+    loss, (dcor, counted) = step(model, x[:1], y[:1])
+    torch.testing.assert_close(loss, F.cross_entropy(model(x[:1]), y[:1]))
+    assert float(counted) == 0.0 and float(dcor) == 0.0
+
+
+def test_warmup_step_loss_is_ce_plus_kd_on_raw_inputs_plus_dcor():
+    """Round 0 of the code (§2.3): CE + 0.5·KL(θ^(1)(x) ‖ θ_k(x)) + 3·dCor(x, f)."""
+    model, teacher, x, y = _flea_step_setup()
+    flea = make_strategy("flea")
+    flea.split, flea.num_classes = 1, 10
+    loss, _ = flea._step_loss(0, teacher)(model, x, y)
+    f = model.encode(x, 1)
+    logits = model.decode(f, 1)
+    expected = F.cross_entropy(logits, y) + 0.5 * _by_hand_kl(logits, teacher(x), 1.0)
+    expected = expected + 3.0 * distance_correlation(x, f, "code")
+    torch.testing.assert_close(loss, expected)
+    for a, b in zip(_grads(model, loss), _grads(model, expected), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_clients_mix_with_the_last_buffer_each_activation_with_its_own_label(digits20, monkeypatch):
+    """Buffer routing: every buffer activation a client mixes with in round t is a row of the
+    buffer built at the end of round t − 1, carried with that row's label."""
+    buffers, mixed = [], []
+    original = FLea._mixed_loss
+
+    def spy(self, model, teacher, y, f, f_buf, y_buf, beta):
+        mixed.append((self_round[0], f_buf.detach().clone(), y_buf.clone()))
+        return original(self, model, teacher, y, f, f_buf, y_buf, beta)
+
+    self_round = [0]
+
+    def watch(sim, rounds_done, record):
+        buffers.append(dict(sim.strategy.buffer))
+        self_round[0] = rounds_done
+
+    monkeypatch.setattr(FLea, "_mixed_loss", spy)
+    run("flea", digits20, rounds=3, callbacks=[watch])
+    assert {r for r, _, _ in mixed} == {1, 2}
+    for round_idx, f_buf, y_buf in mixed:
+        buffer = buffers[round_idx - 1]
+        rows = buffer["features"].flatten(1)
+        match = torch.cdist(f_buf.flatten(1), rows).argmin(1)
+        torch.testing.assert_close(rows[match], f_buf.flatten(1))
+        assert torch.equal(buffer["labels"][match], y_buf)
 
 
 def test_buffer_lifecycle_bytes_and_exposure(digits20):

@@ -1,0 +1,337 @@
+"""Mutation testing of the methods' core math with cosmic-ray (docs/mutation.md).
+
+Per method: the functions that hold its losses, updates, aggregations and message routing
+(`METHODS`: module -> qualified function names, under src/fedshare/strategies/ and
+src/fedshare/functional/) and the method's own tests. For each method the script
+
+1. copies the working tree (tracked and untracked, not ignored files) into a scratch folder, so
+   the mutants never touch the checkout (other runs may be importing it);
+2. runs `cosmic-ray init` on each module and marks every mutant outside the listed functions,
+   or of an operator not in `KEPT_OPERATORS`, as skipped (the mechanism of cosmic-ray's
+   `cr-filter-*` tools);
+3. checks that the test selection passes unmutated, then runs `cosmic-ray exec`: each mutant is
+   applied to the copy, the selection runs (`pytest -x`), and a failing run kills the mutant;
+4. writes `<out>/<method>.json` (per mutant: module, line, operator, outcome, diff) and prints
+   the kill rate; `--recheck` runs only the survivors again against the current tests (after
+   new tests were written for them); `--report` prints the table of docs/mutation.md.
+
+Not the default test tier: it runs the selection once per mutant (minutes per method).
+
+    pip install -e ".[mutation]"    # cosmic-ray, pinned in constraints.txt
+    python scripts/mutation.py fedntd feddecorr --out runs/mutation
+    python scripts/mutation.py --out runs/mutation --report
+"""
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARITHMETIC = ("Add", "Sub", "Mul", "Div")
+KEPT_OPERATORS = (
+    *(f"ReplaceBinaryOperator_{a}_{b}" for a in ARITHMETIC for b in ARITHMETIC if a != b),
+    "ReplaceUnaryOperator_USub_UAdd",
+    "ReplaceUnaryOperator_Delete_USub",
+    "ReplaceUnaryOperator_Delete_Not",
+    "ReplaceUnaryOperator_Delete_Invert",
+    "ReplaceComparisonOperator_Eq_NotEq",
+    "ReplaceComparisonOperator_NotEq_Eq",
+    "ReplaceComparisonOperator_Lt_GtE",
+    "ReplaceComparisonOperator_GtE_Lt",
+    "ReplaceComparisonOperator_Gt_LtE",
+    "ReplaceComparisonOperator_LtE_Gt",
+    "ReplaceComparisonOperator_Is_IsNot",
+    "ReplaceComparisonOperator_IsNot_Is",
+    "ReplaceAndWithOr",
+    "ReplaceOrWithAnd",
+    "ReplaceTrueWithFalse",
+    "ReplaceFalseWithTrue",
+    "AddNot",
+    "NumberReplacer",
+    "ZeroIterationForLoop",
+)
+"""The mistakes the method tests must catch: a sign flipped (+ ↔ −, a unary minus dropped or
+added), a weight or scale wrong (× ↔ ÷, × ↔ +, a constant changed), a condition or mask
+negated, a loop dropped. Left out: replacements by bitwise, shift, power, modulo and
+floor-division operators and the off-by-one comparisons (< ↔ ≤): on float tensors most of them
+raise at once, which counts as killed and inflates the rate without testing anything."""
+PYTEST = "python -m pytest -x -q -p no:cacheprovider -p no:randomly"
+
+
+@dataclass(frozen=True)
+class Target:
+    modules: dict[str, tuple[str, ...]]
+    """Module path -> the qualified names of the functions whose lines are mutated."""
+    tests: str
+    """The pytest arguments of the method's own tests."""
+
+
+METHODS: dict[str, Target] = {
+    "fedaa": Target(
+        {
+            "src/fedshare/strategies/fedaa.py": (
+                "FedAA._finetuned",
+                "FedAA.identifier_message",
+                "FedAA.identifier_of",
+                "FedAA.adversarial_loss",
+            ),
+            "src/fedshare/strategies/_identifier.py": ("identifier_loss",),
+        },
+        " ".join(
+            f"tests/test_fedaa.py::test_{name}"
+            for name in (
+                "the_second_pass_uses_the_received_identifier_exactly_when_lambda_is_positive",
+                "eq7_is_ce_plus_weighted_softplus_of_the_identifiers_logit_with_its_gradient",
+                "identifier_loss_is_eq6_with_separate_means",
+                "finetune_fits_the_other_clients_labels_with_local_trainings_optimizer",
+                "finetune_uses_only_the_other_clients_examples",
+                "each_client_is_sent_the_identifier_that_scores_its_own_examples_highest",
+                "non_i_keeps_the_first_aggregations_model_path",
+            )
+        ),
+    ),
+    "fedntd": Target(
+        {
+            "src/fedshare/strategies/fedntd.py": ("FedNTD.local_loss",),
+            "src/fedshare/functional/losses.py": ("not_true_distillation", "distillation_kl"),
+        },
+        "tests/test_flea.py::test_soft_cross_entropy_and_distillation"  # the shared KL's test
+        " tests/test_feddecorr_fedntd.py"
+        " -k 'not_true or (gradient and fedntd) or refused or distillation'",
+    ),
+    "feddecorr": Target(
+        {
+            "src/fedshare/strategies/feddecorr.py": ("FedDecorr.local_loss",),
+            "src/fedshare/functional/losses.py": ("decorrelation_loss",),
+        },
+        "tests/test_feddecorr_fedntd.py -k 'decorrelation or (gradient and feddecorr)'",
+    ),
+    "flea": Target(
+        {
+            "src/fedshare/strategies/flea.py": (
+                "FLea._step_loss",
+                "FLea._warmup_loss",
+                "FLea._mixed_loss",
+                "FLea._teacher_logits",
+            ),
+            "src/fedshare/functional/mixup.py": ("as_soft_labels", "mix_labels"),
+            "src/fedshare/functional/losses.py": ("soft_cross_entropy",),  # KL: under fedntd
+        },
+        " ".join(
+            f"tests/test_flea.py::test_{name}"
+            for name in (
+                "step_loss_is_the_code_form_term_by_term_value_and_gradient",
+                "warmup_step_loss_is_ce_plus_kd_on_raw_inputs_plus_dcor",
+                "dcor_counts_from_two_samples_and_skips_a_batch_of_one",
+                "kd_teacher_is_frozen_with_mixed_inputs",
+                "mixup_identities",
+                "soft_cross_entropy_and_distillation",
+            )
+        ),
+    ),
+}
+"""Methods not listed here have not been run yet (docs/mutation.md)."""
+
+
+def function_lines(path: Path, names: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(first, last) line of each named function (`Class.method` or `function`)."""
+    found: dict[str, tuple[int, int]] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                found[prefix + child.name] = (child.lineno, child.end_lineno or child.lineno)
+
+    visit(ast.parse(path.read_text()), "")
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SystemExit(f"{path}: no function {', '.join(missing)}; valid: {sorted(found)}")
+    return [found[n] for n in names]
+
+
+def copy_tree(destination: Path) -> None:
+    """The checkout's tracked and untracked (not ignored) files."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def skip_outside(session: Path, module: str, ranges: list[tuple[int, int]]) -> int:
+    """Mark the session's mutants outside `ranges` skipped; the number kept."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    skipped, kept = [], 0
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item in db.pending_work_items:
+            lines = [(m.start_pos[0], m.end_pos[0]) for m in item.mutations]
+            operators = {m.operator_name.split("/")[-1] for m in item.mutations}
+            inside = operators <= set(KEPT_OPERATORS) and all(
+                any(first <= start and end <= last for first, last in ranges)
+                for start, end in lines
+            )
+            if inside:
+                kept += 1
+            else:
+                skipped.append(item.job_id)
+        if skipped:
+            result = WorkResult(
+                output=f"outside {module}'s core", worker_outcome=WorkerOutcome.SKIPPED
+            )
+            db.set_multiple_results(skipped, result)
+    return kept
+
+
+def results(session: Path) -> list[dict]:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome
+
+    rows = []
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item, result in db.completed_work_items:
+            if result.worker_outcome == WorkerOutcome.SKIPPED:
+                continue
+            mutation = item.mutations[0]
+            rows.append(
+                {
+                    "module": str(mutation.module_path),
+                    "line": mutation.start_pos[0],
+                    "operator": mutation.operator_name,
+                    "occurrence": mutation.occurrence,
+                    "outcome": "killed" if result.is_killed else "survived",
+                    "worker": str(result.worker_outcome.value),
+                    "diff": result.diff,
+                }
+            )
+    return rows
+
+
+def run_method(name: str, target: Target, out: Path, timeout: float) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cosmic_ray = Path(sys.executable).with_name("cosmic-ray")
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix=f"mutation-{name}-") as scratch:
+        work = Path(scratch)
+        copy_tree(work)
+        env["PYTHONPATH"] = str(work / "src")
+        command = f"{PYTEST} {target.tests}"
+        baseline = subprocess.run(command, shell=True, cwd=work, env=env, capture_output=True)
+        if baseline.returncode != 0:
+            raise SystemExit(
+                f"{name}: the unmutated tests fail:\n{baseline.stdout.decode()[-2000:]}"
+            )
+        for i, (module, functions) in enumerate(target.modules.items()):
+            config = work / f"mutation-{i}.toml"
+            config.write_text(
+                "[cosmic-ray]\n"
+                f'module-path = "{module}"\n'
+                f"timeout = {timeout}\n"
+                "excluded-modules = []\n"
+                f"test-command = {json.dumps(command)}\n"
+                '[cosmic-ray.distributor]\nname = "local"\n'
+            )
+            session = work / f"mutation-{i}.sqlite"
+            subprocess.run([cosmic_ray, "init", config, session], cwd=work, env=env, check=True)
+            kept = skip_outside(session, module, function_lines(work / module, functions))
+            print(f"{name}: {module}: {kept} mutants in {', '.join(functions)}", flush=True)
+            subprocess.run([cosmic_ray, "exec", config, session], cwd=work, env=env, check=True)
+            rows += results(session)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"method": name, "tests": target.tests, "modules": target.modules, "mutants": rows}
+    (out / f"{name}.json").write_text(json.dumps(record, indent=1))
+    killed = sum(r["outcome"] == "killed" for r in rows)
+    print(f"{name}: {killed} / {len(rows)} mutants killed", flush=True)
+    for r in rows:
+        if r["outcome"] == "survived":
+            print(f"  survived {r['module']}:{r['line']} {r['operator']}\n{r['diff']}")
+
+
+def recheck_method(name: str, target: Target, out: Path, timeout: float) -> None:
+    """Run the survivors of `<out>/<method>.json` again against the current tests (after new
+    tests were written for them); a mutant now killed is marked `killed` and `rechecked`."""
+    path = out / f"{name}.json"
+    record = json.loads(path.read_text())
+    cosmic_ray = Path(sys.executable).with_name("cosmic-ray")
+    with tempfile.TemporaryDirectory(prefix=f"mutation-{name}-") as scratch:
+        work = Path(scratch)
+        copy_tree(work)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(work / "src")}
+        command = f"{PYTEST} {target.tests}"
+        for row in record["mutants"]:
+            if row["outcome"] != "survived":
+                continue
+            args = [cosmic_ray, "mutate-and-test", row["module"], row["operator"]]
+            done = subprocess.run(
+                [*args, str(row["occurrence"]), command],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+            if json.loads(done.stdout)["test_outcome"] != "survived":
+                row.update(outcome="killed", rechecked=True)
+            print(f"{name}: {row['module']}:{row['line']} {row['operator']}: {row['outcome']}")
+    record["recheck_tests"] = target.tests
+    path.write_text(json.dumps(record, indent=1))
+
+
+def report(out: Path) -> None:
+    print("| method | functions mutated | mutants | killed | kill rate | survivors |")
+    print("|---|---|---|---|---|---|")
+    for name, target in METHODS.items():
+        path = out / f"{name}.json"
+        if not path.exists():
+            print(f"| {name} | not run | | | | |")
+            continue
+        rows = json.loads(path.read_text())["mutants"]
+        killed = sum(r["outcome"] == "killed" for r in rows)
+        functions = ", ".join(f for fs in target.modules.values() for f in fs)
+        survivors = ", ".join(
+            f"{Path(r['module']).name}:{r['line']}" for r in rows if r["outcome"] == "survived"
+        )
+        rate = 100 * killed / max(len(rows), 1)
+        print(f"| {name} | {functions} | {len(rows)} | {killed} | {rate:.0f} % | {survivors} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("methods", nargs="*", help=f"default: all of {', '.join(METHODS)}")
+    parser.add_argument("--out", type=Path, default=Path("runs/mutation"))
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
+    parser.add_argument("--report", action="store_true")
+    parser.add_argument(
+        "--recheck", action="store_true", help="run only the survivors again (after new tests)"
+    )
+    args = parser.parse_args()
+    if args.report:
+        report(args.out)
+        return
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"unknown method {unknown[0]!r}; valid: {', '.join(METHODS)}")
+    for name in args.methods or list(METHODS):
+        step = recheck_method if args.recheck else run_method
+        step(name, METHODS[name], args.out, args.timeout)
+
+
+if __name__ == "__main__":
+    main()
