@@ -8,8 +8,10 @@ minimises, by `form`:
 
 * `code` — FLea's code (`CE_MCE`, flea.md §5, §8 item 22), what FLea's Table 1 measures:
   one λ ~ Beta(a, a) per batch (`beta_per_sample`: per sample), soft-label cross-entropy on
-  x̃ = λx + (1 − λ)x̄ with ỹ = λe_y + (1 − λ)ȳ only (+ `local_ce_weight` · CE(f(x), y); 0 in
-  the code).
+  x̃ = λx + (1 − λ)x̄ with ỹ = λe_y + (1 − λ)ȳ, + `local_ce_weight` · CE(f(x), y). The code
+  computes that local CE but back-propagates the mixed term only (`local_ce_weight=0`); the
+  default 1 keeps FedMix above FedAvg under fedshare's FMNIST defaults, where the mixed-only
+  loss sits below chance for its first rounds (docs/flea.md, "FedMix's loss").
 * `naivemix` — Yoon et al. 2021 (FedMix), NaiveMix: fixed λ = `mix_lambda` on the mean,
   (1 − λ)·CE(f(x̃), y) + λ·CE(f(x̃), ȳ) with x̃ = (1 − λ)x + λx̄.
 * `fedmix` — Yoon et al. 2021, FedMix's first-order approximation of global mix-up around the
@@ -86,7 +88,7 @@ class FedMix(MeanSharing):
     form: str = "code"
     beta_a: float = 2.0
     beta_per_sample: bool = False
-    local_ce_weight: float = 0.0
+    local_ce_weight: float = 1.0
     mix_lambda: float = 0.05
     """λ of `naivemix` / `fedmix` (FedMix's CIFAR-10 values: 0.1 NaiveMix, 0.05 FedMix)."""
 
