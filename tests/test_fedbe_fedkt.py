@@ -6,11 +6,14 @@ import torch
 
 from fedshare import simulate
 from fedshare.data import federate, load_dataset
+from fedshare.engine.training import fit
 from fedshare.strategies import make_strategy
+from fedshare.strategies._feature_heads import IterateAverage, head_vector
 from fedshare.strategies._server_distillation import ProbabilityMean
+from fedshare.strategies.fedbe import dirichlet_heads, gaussian_heads
 from fedshare.strategies.fedkt import majority_vote
 
-TRAIN = {"optimizer": "adam", "lr": 0.01, "batch_size": 64, "local_epochs": 20}
+TRAIN = {"optimizer": "adam", "lr": 0.01, "batch_size": 64, "local_epochs": 5}
 
 
 def features_federation(server: int = 200):
@@ -59,3 +62,87 @@ def test_targets_the_ensemble_mean_probability_and_the_majority_vote():
     votes = torch.tensor([[0, 1, 2, 3], [1, 1, 2, 0], [1, 2, 3, 3]])
     assert majority_vote(votes, 4).tolist() == [1, 1, 2, 3]
     assert majority_vote(torch.tensor([[2], [1]]), 4).tolist() == [1]  # a tie: smaller id
+
+
+# ----------------------------------------------------------- FedBE's global model distribution
+def convex_weights(vectors: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
+    """γ with sample = Σ γ_i vectors_i (least squares; exact for independent vectors)."""
+    return torch.linalg.lstsq(vectors.T.double(), sample.double()[:, None]).solution[:, 0]
+
+
+def test_dirichlet_samples_are_convex_combinations_of_the_client_heads():
+    vectors = torch.randn(4, 30)  # 4 independent client heads
+    gen = torch.Generator().manual_seed(0)
+    drawn = dirichlet_heads(vectors, 1.0, 400, gen)
+    gammas = torch.stack([convex_weights(vectors, s) for s in drawn])
+    assert torch.allclose(gammas @ vectors.double(), drawn.double(), atol=1e-4)  # in the span
+    assert (gammas > -1e-6).all() and torch.allclose(gammas.sum(1), torch.ones(400).double())
+    # Dir(1·1) is uniform on the simplex: every client weighs 1/I on average, var (I-1)/(I²(I+1))
+    assert torch.allclose(gammas.mean(0), torch.full((4,), 0.25).double(), atol=0.03)
+    assert abs(float(gammas.var(0).mean()) - 3 / 80) < 0.01
+    # small α concentrates each sample near one client's head
+    sparse = torch.stack(
+        [convex_weights(vectors, s) for s in dirichlet_heads(vectors, 0.05, 200, gen)]
+    )
+    assert float(sparse.max(1).values.mean()) > 0.85
+
+
+def test_gaussian_samples_have_the_heads_weighted_mean_and_variance():
+    vectors = torch.tensor([[0.0, 1.0], [2.0, 1.0], [4.0, 7.0]])
+    weights = torch.tensor([0.5, 0.25, 0.25])
+    drawn = gaussian_heads(vectors, weights, 40000, torch.Generator().manual_seed(0))
+    mean = torch.tensor([1.5, 2.5])  # Σ w_i v_i
+    var = torch.tensor(
+        [0.5 * 2.25 + 0.25 * 0.25 + 0.25 * 6.25, 0.5 * 2.25 + 0.25 * 2.25 + 0.25 * 20.25]
+    )
+    assert torch.allclose(drawn.mean(0), mean, atol=0.05)
+    assert torch.allclose(drawn.var(0), var, rtol=0.03)
+
+
+def test_fedbe_teachers_are_clients_mean_gaussian_and_dirichlet_heads():
+    fed = features_federation()
+    result = run("fedbe", {"distill_epochs": 0, "posterior": "both", "samples": 5}, fed=fed)
+    strategy = result.strategy
+    size = strategy.head.weight.numel() + strategy.head.bias.numel()
+    clients = torch.randn(3, size)
+    teachers = strategy.teachers([(v, 10.0) for v in clients])
+    vectors = torch.stack([torch.cat([t.weight.flatten(), t.bias]) for t in teachers]).detach()
+    assert len(teachers) == 3 + 1 + 5
+    assert torch.equal(vectors[:3], clients)  # the clients' own heads first
+    assert torch.allclose(vectors[3], head_vector(strategy.head, torch.float32))  # the mean
+    gammas = torch.stack([convex_weights(clients, v) for v in vectors[4:]])
+    residual = (gammas @ clients.double() - vectors[4:].double()).norm(dim=1)
+    # ⌈5/2⌉ Gaussian draws leave the clients' span (dimension 3 of 650), 2 Dirichlet ones are in
+    # the simplex spanned by the clients' heads
+    assert (residual[:3] > 1.0).all()
+    assert (residual[3:] < 1e-3).all() and (gammas[3:] > -1e-6).all()
+    assert torch.allclose(gammas[3:].sum(1), torch.ones(2).double())
+    dirichlet_only = run("fedbe", {"distill_epochs": 0, "posterior": "dirichlet"}, fed=fed)
+    assert len(dirichlet_only.strategy.teachers([(v, 1.0) for v in clients])) == 3 + 1 + 15
+
+
+# ----------------------------------------------------------- SWA in the server's distillation
+def test_swa_averages_the_iterates_at_the_chosen_steps():
+    w = torch.nn.Linear(1, 1, bias=False)
+    torch.nn.init.zeros_(w.weight)
+    optimizer = torch.optim.SGD(w.parameters(), lr=0.1)
+    average = IterateAverage(start=3, every=2)
+
+    def loss(_):  # constant gradient 1: after step t the weight is −0.1·t
+        return w.weight.sum()
+
+    fit(optimizer, average.after_steps(iter(range(8)), w), loss)
+    assert float(w.weight.detach()) == pytest.approx(-0.8)  # the last iterate
+    average.load_into(w)
+    assert float(w.weight.detach()) == pytest.approx(-0.1 * (3 + 5 + 7) / 3)  # steps 3, 5, 7
+    assert average.count == 3
+
+
+def test_fedbe_student_is_the_swa_average_and_reduces_to_the_last_iterate():
+    fed = features_federation()
+    plain = run("fedbe", {"swa": False}, fed=fed)
+    swa = run("fedbe", fed=fed)
+    last_only = run("fedbe", {"swa_start": 0.99999, "swa_every": 10**6}, fed=fed)
+    assert torch.equal(last_only.strategy.head.weight, plain.strategy.head.weight)
+    assert not torch.allclose(swa.strategy.head.weight, plain.strategy.head.weight, atol=1e-4)
+    assert swa.final_accuracy > 30.0

@@ -12,9 +12,17 @@ The head h is the model's single `nn.Linear` inside its `head` block.
 Every head here is trained with the run's `train` settings (optimizer, lr, batch size, and
 `train.local_epochs` passes), on a client or on the server, so the methods compared under one
 config train their heads alike (the paper: Adam, lr 1e-4 for all; the presets set it).
+
+The baselines' local heads see a client's share of the data, FedPFT's and Centralized's head
+the pooled set: at the same epochs a local head takes about I times fewer optimizer steps, and
+at Adam 1e-4 on a few hundred samples it stays near its initialisation (docs/fedpft.md, "Local
+heads' budget"). `HeadBudget.head_budget=pooled` (the default) gives every head the same number
+of steps: I × `train.local_epochs` passes over a client's own data.
 """
 
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +33,7 @@ from fedshare.engine.client import Client
 from fedshare.engine.optim import make_optimizer
 from fedshare.engine.rng import torch_generator
 from fedshare.engine.training import check_finite, fit, shuffled_positions
-from fedshare.errors import FedshareError
+from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.losses import distillation_kl
 from fedshare.models.base import BlockModel
 
@@ -39,6 +47,37 @@ HEAD_TRAINING = {
 }
 """FedPFT's head training (specs/fedpft.md §2.2: Adam 1e-4, batch 32, 50 epochs), the default of
 the one-shot feature strategies (`Strategy.train_defaults`)."""
+
+
+HEAD_BUDGETS = ("pooled", "epochs")
+
+
+@dataclass
+class HeadBudget:
+    """Mixin: how many passes a one-shot baseline's local head takes over its client's data."""
+
+    head_budget: str = "pooled"
+    """pooled: I × `train.local_epochs` passes, the optimizer steps of `train.local_epochs`
+    passes over the pooled data (FedPFT's and Centralized's head) when clients hold equal
+    shares | epochs: `train.local_epochs` passes (the paper's wording; underfits small clients)."""
+
+    def check_head_budget(self) -> None:
+        if self.head_budget not in HEAD_BUDGETS:
+            raise FedshareError(
+                choices_message("strategy.head_budget", self.head_budget, list(HEAD_BUDGETS))
+            )
+
+    def head_epochs(self, train: TrainConfig) -> int:
+        """Passes of a local head over its own data (client side: `num_clients` is public)."""
+        scale = self.num_clients if self.head_budget == "pooled" else 1  # type: ignore[attr-defined]
+        return train.local_epochs * scale
+
+
+def passes_for_steps(epochs: int, pooled: int, own: int, batch_size: int) -> int:
+    """Passes over `own` samples that take at least the optimizer steps of `epochs` passes over
+    `pooled` samples, in batches of `batch_size` (the last batch of a pass may be short)."""
+    steps = epochs * math.ceil(pooled / batch_size)
+    return math.ceil(steps / max(1, math.ceil(own / batch_size)))
 
 
 def linear_head(model: nn.Module) -> nn.Linear:
@@ -101,13 +140,15 @@ def fit_head(
     epochs: int | None = None,
     teacher: nn.Module | None = None,
     temperature: float = 1.0,
+    average: "IterateAverage | None" = None,
 ) -> torch.Tensor:
     """Train `head` by cross-entropy on features `x` (n, d) with the configured optimizer for
     `epochs` (default `train.local_epochs`) shuffled passes; return the mean loss (a tensor).
 
     With a `teacher`, the loss is CE + T²·KL(softmax(teacher/T) ‖ softmax(head/T)) (the KD
     baseline of fedpft.md §7 A15; `fedshare.functional.losses.distillation_kl`); with a teacher
-    and `y=None` (unlabelled inputs) the distillation term alone."""
+    and `y=None` (unlabelled inputs) the distillation term alone. With an `average` (SWA), the
+    head ends as the mean of its iterates at the steps `average` picks."""
     if y is None and teacher is None:
         raise ValueError("fit_head needs labels, a teacher, or both")
 
@@ -124,7 +165,50 @@ def fit_head(
     optimizer = make_optimizer(head.parameters(), train, lr)
     epochs = train.local_epochs if epochs is None else epochs
     batches = shuffled_positions(len(x), train.batch_size, generator, x.device, epochs)
-    return check_finite(fit(optimizer, batches, step_loss), "a head")
+    if average is None:
+        return check_finite(fit(optimizer, batches, step_loss), "a head")
+    loss = check_finite(fit(optimizer, average.after_steps(batches, head), step_loss), "a head")
+    average.load_into(head)
+    return loss
+
+
+class IterateAverage:
+    """Stochastic weight averaging (Izmailov et al. 2018; FedBE's server distillation): the
+    running mean of a module's parameters after optimizer steps `start`, `start + every`, …
+    (1-based), as torchcontrib's SWA(swa_start, swa_freq) that FedBE's code runs."""
+
+    def __init__(self, start: int, every: int) -> None:
+        if start < 1 or every < 1:
+            raise ValueError(f"SWA needs start >= 1 and every >= 1, got {start}, {every}")
+        self.start, self.every = start, every
+        self.count = 0
+        self.sums: list[torch.Tensor] = []
+
+    def add(self, module: nn.Module) -> None:
+        params = [p.detach() for p in module.parameters()]
+        if not self.sums:
+            self.sums = [torch.zeros_like(p) for p in params]
+        for total, p in zip(self.sums, params, strict=True):
+            total.add_(p)
+        self.count += 1
+
+    def after_steps(
+        self, batches: Iterator[torch.Tensor], module: nn.Module
+    ) -> Iterator[torch.Tensor]:
+        """`batches`, adding `module` to the average once each chosen step has been taken (the
+        training loop asks for the next batch only after stepping on the previous one)."""
+        for step, batch in enumerate(batches, start=1):
+            yield batch
+            if step >= self.start and (step - self.start) % self.every == 0:
+                self.add(module)
+
+    def load_into(self, module: nn.Module) -> None:
+        """Replace the parameters by their average (unchanged if no step was averaged)."""
+        if not self.count:
+            return
+        with torch.no_grad():
+            for p, total in zip(module.parameters(), self.sums, strict=True):
+                p.copy_(total / self.count)
 
 
 def load_head(target: nn.Linear, weight: torch.Tensor, bias: torch.Tensor) -> None:
@@ -161,12 +245,17 @@ class FeatureClassifier(nn.Module):
 
 # --------------------------------------------------------------------------- local heads
 def local_head(
-    client: Client, num_classes: int, seed: int, l2_normalize: bool = False
+    client: Client,
+    num_classes: int,
+    seed: int,
+    l2_normalize: bool = False,
+    epochs: int | None = None,
 ) -> nn.Linear:
     """A head trained on the client's own features (the baselines' local model, §4.3).
 
     Every client starts from the same initialisation, drawn from the run seed (as if the server
-    had broadcast it; a shared seed costs no traffic), and trains with `train` settings.
+    had broadcast it; a shared seed costs no traffic), and trains with `train` settings for
+    `epochs` passes (default `train.local_epochs`; `HeadBudget.head_epochs`).
     """
     feats, labels = client_features(client, l2_normalize)
     head = fresh_head(
@@ -175,7 +264,7 @@ def local_head(
         torch_generator(seed, "oneshot/head_init", device=client.device),
         client.device,
     )
-    fit_head(head, feats, labels, client.train, client.lr, client.rng("head_batches"))
+    fit_head(head, feats, labels, client.train, client.lr, client.rng("head_batches"), epochs)
     return head
 
 

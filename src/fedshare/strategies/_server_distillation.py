@@ -5,8 +5,11 @@ Every client trains a head on its own features from the common initialisation an
 once (as `oneshot_avg`, whose sample-weighted mean the server also forms). The server then
 extracts the features of its `server_data.size` inputs (their labels are never read), asks its
 teachers (`teachers`, method-specific) for targets on them, and trains the global head on those
-targets for `distill_epochs` passes with the run's `train` settings, from the mean head
-(`student_init=mean`) or the common initialisation (`fresh`).
+targets with the run's `train` settings, from the mean head (`student_init=mean`) or the common
+initialisation (`fresh`). Its budget follows `head_budget`: `pooled` (default) takes the
+optimizer steps of `distill_epochs` passes over the pooled training set (the sum of the
+clients' sample counts, the steps FedPFT's head takes), however few inputs the server holds;
+`epochs` takes `distill_epochs` passes over the server's inputs.
 """
 
 from collections.abc import Iterable
@@ -18,7 +21,14 @@ from torch import nn
 from fedshare.engine.optim import learning_rate
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError, choices_message
-from fedshare.strategies._feature_heads import extract, fit_head, fresh_head, head_from_vector
+from fedshare.strategies._feature_heads import (
+    IterateAverage,
+    extract,
+    fit_head,
+    fresh_head,
+    head_from_vector,
+    passes_for_steps,
+)
 from fedshare.strategies.base import SetupContext, Update
 from fedshare.strategies.oneshot_avg import OneShotAverage
 
@@ -81,6 +91,7 @@ class ServerDistillation(OneShotAverage):
         feats = extract(self.model, x, self.l2_normalize)
         if not self.distill_epochs:
             return
+        self.passes = self.distill_passes(len(feats), int(sum(w for _, w in heads)))
         teachers = self.teachers(heads)  # `self.head` still holds the mean head here
         if self.student_init == "fresh":
             init = torch_generator(self.config.seed, "oneshot/head_init", device=self.device)
@@ -88,7 +99,15 @@ class ServerDistillation(OneShotAverage):
             self.head.load_state_dict(start.state_dict())
         gen = torch_generator(self.config.seed, f"{self.name}/server", device=self.device)
         self.round_metrics["teachers"] = len(teachers)
+        self.round_metrics["distill_passes"] = self.passes
         self.round_metrics["distill_loss"] = float(self.distill(teachers, feats, gen))
+
+    def distill_passes(self, server_inputs: int, pooled: int) -> int:
+        """Passes over the server's inputs (`head_budget`, module docstring)."""
+        if self.head_budget == "epochs":
+            return self.distill_epochs
+        batch = self.config.train.batch_size
+        return passes_for_steps(self.distill_epochs, pooled, server_inputs, batch)
 
     def fit(
         self,
@@ -96,10 +115,14 @@ class ServerDistillation(OneShotAverage):
         labels: torch.Tensor | None,
         gen: torch.Generator,
         teacher: nn.Module | None = None,
+        average: IterateAverage | None = None,
     ) -> torch.Tensor:
+        """Train the global head for `self.passes` passes (set in `aggregate`)."""
         train = self.config.train
         lr = learning_rate(train, 0)
-        return fit_head(self.head, feats, labels, train, lr, gen, self.distill_epochs, teacher)
+        return fit_head(
+            self.head, feats, labels, train, lr, gen, self.passes, teacher, average=average
+        )
 
     def client_heads(self, heads: list[tuple[torch.Tensor, float]]) -> list[nn.Module]:
         dim, classes = self.head.in_features, self.head.out_features

@@ -3,13 +3,14 @@
 Spec: shared/specs/fedpft.md §4.3 (Ensemble), §7 A8, A13; §3 (each client sends its head).
 
 One round: each client trains a linear head on its own features (`feature_heads.local_head`,
-common initialisation, the run's `train` settings) and uploads it once (C·d + C numbers in
-`head_dtype`, counted as `bytes_up`; with `to_last_client=true` the sources send theirs to the
-last client instead, Table 2's one transfer, `_head_exchange`). The server (or the last
-client) keeps every head; the global model predicts
-with the softmax of every head combined by `rule`: "max" (the paper: the class with the highest
-probability across all models) or "mean" (the mean of the probabilities; §7 A13 notes that max
-is unstable under Dir(0.1)). The evaluated output is the log of the combined probabilities
+common initialisation, the run's `train` settings for `head_budget` passes: I ×
+`train.local_epochs` by default, `_feature_heads.HeadBudget`) and uploads it once (C·d + C
+numbers in `head_dtype`, counted as `bytes_up`; with `to_last_client=true` the sources send
+theirs to the last client instead, Table 2's one transfer, `_head_exchange`). The server (or
+the last client) keeps every head; the global model predicts with the softmax of every head
+combined by `rule`: "max" (the paper: the class with the highest probability across all
+models) or "mean" (the mean of the probabilities; §7 A13 notes that max is unstable under
+Dir(0.1)). The evaluated output is the log of the combined probabilities
 renormalised to sum to 1 (so the logged loss is a cross-entropy).
 """
 
@@ -26,6 +27,7 @@ from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.gmm import WIRE_DTYPES
 from fedshare.strategies._feature_heads import (
     HEAD_TRAINING,
+    HeadBudget,
     head_vector,
     linear_head,
     local_head,
@@ -68,7 +70,7 @@ class EnsembleClassifier(nn.Module):
 
 @register_strategy("ensemble")
 @dataclass
-class Ensemble(HeadExchange, Strategy):
+class Ensemble(HeadBudget, HeadExchange, Strategy):
     """Prediction by the ensemble of the clients' local heads (max or mean rule)."""
 
     one_shot: ClassVar[bool] = True
@@ -88,6 +90,7 @@ class Ensemble(HeadExchange, Strategy):
                 choices_message("strategy.head_dtype", self.head_dtype, list(WIRE_DTYPES))
             )
         self.check_topology(ctx)
+        self.check_head_budget()
         self.head = linear_head(ctx.model)
         self.ensemble: EnsembleClassifier | None = None
 
@@ -95,7 +98,8 @@ class Ensemble(HeadExchange, Strategy):
         return Message()
 
     def client_update(self, client: Client, message: Message) -> Update:
-        head = local_head(client, self.num_classes, client.seed, self.l2_normalize)
+        epochs = self.head_epochs(client.train)
+        head = local_head(client, self.num_classes, client.seed, self.l2_normalize, epochs)
         return self.head_update(client, head_vector(head, WIRE_DTYPES[self.head_dtype]))
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:

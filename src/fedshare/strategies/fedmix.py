@@ -1,15 +1,27 @@
-"""FedMix as FLea ran it: "naive", mean-augmented mix-up (flea.md §5 and §8 item 22).
+"""FedMix: local training on inputs mixed with globally shared mini-batch means (MAFL).
 
 Round 0: every client uploads ⌊|D_k|/M⌋ means of M consecutive samples of one shuffled pass of
 its (prepared, normalised) inputs, with the means of their one-hot labels (M = `mean_size`,
-10 in the code); the server sends all the means to every client once. Each local step draws a
-local batch and a batch of means, cuts both to the shorter length, draws one λ ~ Beta(a, a)
-per batch, mixes the raw inputs and the labels, and minimises only the soft-label
-cross-entropy on the mixed batch. Aggregation is FedAvg.
+10 in FLea's code); the server sends all the means to every client once. Each local step draws
+a local batch (x, y) and a batch of means (x̄, ȳ), cuts both to the shorter length and
+minimises, by `form`:
 
-This is not FedMix's Taylor-approximated loss (Yoon et al., 2021); it is the form FLea's Table 1
-measures. Options: `beta_per_sample` (one λ per sample), `local_ce_weight` (add plain CE on
-the local batch; 0 in the code).
+* `code` — FLea's code (`CE_MCE`, flea.md §5, §8 item 22), what FLea's Table 1 measures:
+  one λ ~ Beta(a, a) per batch (`beta_per_sample`: per sample), soft-label cross-entropy on
+  x̃ = λx + (1 − λ)x̄ with ỹ = λe_y + (1 − λ)ȳ, + `local_ce_weight` · CE(f(x), y). The code
+  computes that local CE but back-propagates the mixed term only (`local_ce_weight=0`); the
+  default 1 keeps FedMix above FedAvg under fedshare's FMNIST defaults, where the mixed-only
+  loss sits below chance for its first rounds (docs/flea.md, "FedMix's loss").
+* `naivemix` — Yoon et al. 2021 (FedMix), NaiveMix: fixed λ = `mix_lambda` on the mean,
+  (1 − λ)·CE(f(x̃), y) + λ·CE(f(x̃), ȳ) with x̃ = (1 − λ)x + λx̄.
+* `fedmix` — Yoon et al. 2021, FedMix's first-order approximation of global mix-up around the
+  scaled local input x_s = (1 − λ)x: (1 − λ)·CE(f(x_s), y) + λ·CE(f(x_s), ȳ)
+  + λ·⟨∂CE(f(x_s), y)/∂x_s, x̄⟩ (per sample, averaged over the batch). The local term
+  (1 − λ)·CE is what the `code` form lacks.
+
+Aggregation is FedAvg. Differences from FedMix's paper: its clients average all their samples
+(`mean_size` = |D_k|; here FLea's 10) and pair each local batch with one mean; here each local
+sample gets its own mean from the pool.
 """
 
 from collections.abc import Iterator
@@ -23,12 +35,49 @@ from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
 from fedshare.engine.rng import numpy_rng
 from fedshare.engine.training import shuffled_positions
-from fedshare.errors import FedshareError
+from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.losses import soft_cross_entropy
 from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
 from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._sharing import MeanSharing
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
+
+FORMS = ("code", "naivemix", "fedmix")
+
+
+def fedmix_loss(
+    net: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    means: torch.Tensor,
+    label_means: torch.Tensor,
+    lam: torch.Tensor,
+    form: str,
+    local_ce_weight: float = 0.0,
+) -> torch.Tensor:
+    """One batch's loss of `form` (module docstring): local (x, y), shared (x̄, ȳ) paired row by
+    row, `lam` (n,) the weight of the local side (`code`) or of the mean (`naivemix`,
+    `fedmix`)."""
+    num_classes = label_means.shape[1]
+    if form == "code":
+        x_mix = mix_pair(x, means, lam)
+        loss = soft_cross_entropy(net(x_mix), mix_labels(y, label_means, lam, num_classes))
+        if local_ce_weight:
+            loss = loss + local_ce_weight * F.cross_entropy(net(x), y)
+        return loss
+    w = lam.view(-1, *([1] * (x.dim() - 1)))
+    if form == "naivemix":
+        logits = net((1 - w) * x + w * means)
+        local = F.cross_entropy(logits, y, reduction="none")
+        shared = -(label_means * F.log_softmax(logits, dim=-1)).sum(-1)
+        return ((1 - lam) * local + lam * shared).mean()
+    scaled = ((1 - w) * x).detach().requires_grad_(True)  # fedmix: expand around (1 − λ)x
+    logits = net(scaled)
+    local = F.cross_entropy(logits, y, reduction="none")
+    shared = -(label_means * F.log_softmax(logits, dim=-1)).sum(-1)
+    (grad,) = torch.autograd.grad(local.sum(), scaled, create_graph=True)  # ∂CE_i/∂x_s per row
+    taylor = (grad * means).flatten(1).sum(1)
+    return ((1 - lam) * local + lam * shared + lam * taylor).mean()
 
 
 @register_strategy("fedmix")
@@ -36,13 +85,20 @@ from fedshare.strategies.base import Message, SetupContext, Update, register_str
 class FedMix(MeanSharing):
     """Mix-up of local inputs with globally shared mini-batch means (inputs and labels)."""
 
+    form: str = "code"
     beta_a: float = 2.0
     beta_per_sample: bool = False
-    local_ce_weight: float = 0.0
+    local_ce_weight: float = 1.0
+    mix_lambda: float = 0.05
+    """λ of `naivemix` / `fedmix` (FedMix's CIFAR-10 values: 0.1 NaiveMix, 0.05 FedMix)."""
 
     def setup(self, ctx: SetupContext) -> None:
+        if self.form not in FORMS:
+            raise FedshareError(choices_message("strategy.form", self.form, list(FORMS)))
         if self.beta_a <= 0:
             raise FedshareError(f"strategy.beta_a={self.beta_a} must be positive")
+        if not 0.0 <= self.mix_lambda < 1.0:
+            raise FedshareError(f"strategy.mix_lambda={self.mix_lambda} must be in [0, 1)")
         super().setup(ctx)
 
     def client_update(self, client: Client, message: Message) -> Update:
@@ -63,15 +119,16 @@ class FedMix(MeanSharing):
         """`client_update` for several clients (`train.batched`): the mixing draws are made per
         client outside the vectorised step, from the client's own streams as in serial."""
         streams = [self._mixed_batches(client) for client in clients]
-        if any(stream is None for stream in streams):  # no pool: plain local training
+        # no pool: plain local training; `fedmix` differentiates through an input gradient
+        if self.form == "fedmix" or any(stream is None for stream in streams):
             return [self.client_update(client, message) for client in clients]
         model = self.load_weights(clients[0].model, message.weights)
         return train_stacked(self.flat, clients, model, self._mixed_loss, streams=streams)
 
     def _mixed_batches(self, client: Client) -> Iterator[Batch] | None:
-        """(mixed inputs, mixed soft labels, local inputs, local labels) per local batch: each
-        batch is cut to the length of the next batch of means, mixed with one λ ~ Beta(a, a)
-        (or one per sample); None when the client holds no means."""
+        """(local inputs, labels, means, label means, λ) per local batch, cut to the length of
+        the next batch of means; λ ~ Beta(a, a) once per batch (or per sample) for `code`,
+        else `mix_lambda`; None when the client holds no means."""
         pool = self.received_pool(client)
         means, label_means = pool.get("means"), pool.get("label_means")
         if means is None or means.shape[0] == 0:
@@ -85,24 +142,21 @@ class FedMix(MeanSharing):
             for x, y in client.batches():
                 take = next(takes)
                 n = min(x.shape[0], take.shape[0])
-                lam = beta_weights(n, self.beta_a, rng, self.beta_per_sample, x.device)
-                x_mix = mix_pair(x[:n], means[take[:n]], lam)
-                y_mix = mix_labels(y[:n], label_means[take[:n]], lam, client.num_classes)
-                yield x_mix, y_mix, x, y
+                if self.form == "code":
+                    lam = beta_weights(n, self.beta_a, rng, self.beta_per_sample, x.device)
+                else:
+                    lam = torch.full((n,), self.mix_lambda, device=x.device)
+                yield x[:n], y[:n], means[take[:n]], label_means[take[:n]], lam
 
         return mixed()
 
     def _mixed_loss(
         self,
         net: nn.Module,
-        x_mix: torch.Tensor,
-        y_mix: torch.Tensor,
         x: torch.Tensor,
         y: torch.Tensor,
+        means: torch.Tensor,
+        label_means: torch.Tensor,
+        lam: torch.Tensor,
     ) -> torch.Tensor:
-        """Soft-label cross-entropy on the mixed batch (+ `local_ce_weight` · CE on the local
-        batch)."""
-        loss = soft_cross_entropy(net(x_mix), y_mix)
-        if self.local_ce_weight:
-            loss = loss + self.local_ce_weight * F.cross_entropy(net(x), y)
-        return loss
+        return fedmix_loss(net, x, y, means, label_means, lam, self.form, self.local_ce_weight)

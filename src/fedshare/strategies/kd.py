@@ -10,8 +10,9 @@ sources the mean of their logits) into a copy of it with CE(student, y) + T²·K
 softmax(s/T)) on its local features, for each temperature in `temperatures`, and keeps the
 student with the best accuracy on a held-out `val_fraction` of its own data (§7 A15: selection
 on a validation split, not on the test set as the paper did). The destination's student is the
-evaluated model. Heads are trained with the run's `train` settings (`train.local_epochs` passes
-for the local heads and for the distillation). Deviation: no checkpoint selection within the
+evaluated model. Heads are trained with the run's `train` settings for `head_budget` passes,
+the local heads and the distillation alike (I × `train.local_epochs` by default,
+`_feature_heads.HeadBudget`). Deviation: no checkpoint selection within the
 distillation epochs (the last epoch is kept).
 """
 
@@ -30,6 +31,7 @@ from fedshare.functional.gmm import WIRE_DTYPES
 from fedshare.strategies._feature_heads import (
     HEAD_TRAINING,
     FeatureClassifier,
+    HeadBudget,
     client_features,
     fit_head,
     fresh_head,
@@ -57,7 +59,7 @@ class MeanTeacher(nn.Module):
 
 @register_strategy("kd")
 @dataclass
-class KnowledgeDistillation(Strategy):
+class KnowledgeDistillation(HeadBudget, Strategy):
     """Sources send their heads once; the destination distils them into its own head."""
 
     one_shot: ClassVar[bool] = True
@@ -81,6 +83,7 @@ class KnowledgeDistillation(Strategy):
             raise FedshareError(
                 choices_message("strategy.head_dtype", self.head_dtype, list(WIRE_DTYPES))
             )
+        self.check_head_budget()
         n = ctx.data.num_clients
         if (
             n < 2
@@ -102,8 +105,9 @@ class KnowledgeDistillation(Strategy):
 
     def client_update(self, client: Client, message: Message) -> Update:
         destination = self.num_clients - 1
+        epochs = self.head_epochs(client.train)
         if client.id != destination:  # a source: its head goes straight to the destination
-            head = local_head(client, self.num_classes, client.seed, self.l2_normalize)
+            head = local_head(client, self.num_classes, client.seed, self.l2_normalize, epochs)
             sent = Message(weights=head_vector(head, WIRE_DTYPES[self.head_dtype]))
             return Update(client.id, client.num_samples, to_peers={destination: sent})
         feats, labels = client_features(client, self.l2_normalize)
@@ -117,7 +121,13 @@ class KnowledgeDistillation(Strategy):
         init = torch_generator(client.seed, "oneshot/head_init", device=feats.device)
         local = fresh_head(dim, self.num_classes, init, feats.device)
         fit_head(
-            local, feats[train], labels[train], client.train, client.lr, client.rng("kd/local")
+            local,
+            feats[train],
+            labels[train],
+            client.train,
+            client.lr,
+            client.rng("kd/local"),
+            epochs,
         )
         teacher = MeanTeacher(teachers)
         best, best_acc, selection = local, -1.0, {}
@@ -130,6 +140,7 @@ class KnowledgeDistillation(Strategy):
                 client.train,
                 client.lr,
                 client.rng(f"kd/distil/{t:g}"),
+                epochs,
                 teacher=teacher,
                 temperature=t,
             )

@@ -3,7 +3,8 @@
 Spec: shared/specs/fedpft.md §4.3 (Average), §7 A8, A14.
 
 One round: each client trains a linear head on its own features from a common initialisation
-(`feature_heads.local_head`, the run's `train` settings) and uploads it once (C·d + C numbers
+(`feature_heads.local_head`, the run's `train` settings for `head_budget` passes: I ×
+`train.local_epochs` by default, `_feature_heads.HeadBudget`) and uploads it once (C·d + C numbers
 in `head_dtype`, counted as `bytes_up`; with `to_last_client=true` the sources send theirs to
 the last client instead, Table 2's one transfer, `_head_exchange`); the global head is the mean
 of the clients' W and b, weighted by `weighting`: "samples" (n_i, the default: §7 A14's FedAvg
@@ -25,6 +26,7 @@ from fedshare.functional.gmm import WIRE_DTYPES
 from fedshare.strategies._feature_heads import (
     HEAD_TRAINING,
     FeatureClassifier,
+    HeadBudget,
     head_vector,
     linear_head,
     load_head,
@@ -39,7 +41,7 @@ WEIGHTINGS = ("samples", "uniform")
 
 @register_strategy("oneshot_avg")
 @dataclass
-class OneShotAverage(HeadExchange, Strategy):
+class OneShotAverage(HeadBudget, HeadExchange, Strategy):
     """The (sample- or uniformly) weighted mean of locally trained heads, after one upload."""
 
     one_shot: ClassVar[bool] = True
@@ -61,13 +63,15 @@ class OneShotAverage(HeadExchange, Strategy):
                 choices_message("strategy.weighting", self.weighting, list(WEIGHTINGS))
             )
         self.check_topology(ctx)
+        self.check_head_budget()
         self.head = linear_head(ctx.model)
 
     def broadcast(self, round_idx: int) -> Message:
         return Message()
 
     def client_update(self, client: Client, message: Message) -> Update:
-        head = local_head(client, self.num_classes, client.seed, self.l2_normalize)
+        epochs = self.head_epochs(client.train)
+        head = local_head(client, self.num_classes, client.seed, self.l2_normalize, epochs)
         return self.head_update(client, head_vector(head, WIRE_DTYPES[self.head_dtype]))
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
