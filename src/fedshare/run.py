@@ -58,23 +58,19 @@ def group_params(node: Any) -> tuple[str, dict[str, Any]]:
 
 def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> "Simulation":
     """Every object of the run, checked, with nothing written yet: the strategy (its
-    parameters), the data, the partition, the model, and the layered defaults."""
+    parameters), the data and the partition, then `fedshare.assemble` (the path
+    `fedshare.simulate` takes too) for the model and the layered defaults."""
     from dataclasses import asdict
 
-    from fedshare.api import init_model
-    from fedshare.config import SimulationConfig
+    from fedshare.assemble import assemble
     from fedshare.data import federate, load_dataset
-    from fedshare.defaults import resolve_rounds, resolve_train
-    from fedshare.engine.simulation import Simulation
     from fedshare.strategies import make_strategy
 
     run: RunConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     strategy_name, strategy_params = group_params(cfg.strategy)
     strategy = make_strategy(strategy_name, strategy_params)
-    rounds = resolve_rounds(run.rounds, strategy)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     dataset = load_dataset(data_cfg, seed=run.seed)  # type: ignore[arg-type]
-    train = resolve_train(asdict(run.train), strategy, dataset.name)
     partition_cfg = OmegaConf.to_container(cfg.partition, resolve=True)
     fed = federate(
         dataset,
@@ -86,30 +82,25 @@ def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str])
         run.server_data.labelled,
     )
     model_name, model_params = group_params(cfg.model)
-    if model_name == "auto":
-        model_name = dataset.default_model
-    model = init_model(model_name, fed, run.seed, model_params)
-    config = SimulationConfig(
-        rounds=rounds,
+    record: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    return assemble(
+        strategy,
+        fed,
+        model_name,
+        rounds=run.rounds,
         seed=run.seed,
-        device=run.device,
-        progress=run.progress,
+        train=asdict(run.train),
         clients=run.clients,
-        train=train,
         eval=run.eval,
         checkpoint=run.checkpoint,
-    )
-    record: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    record["model"]["name"] = model_name
-    record.update(rounds=rounds, train=asdict(train), run_dir=str(output_dir))
-    meta = {
-        "strategy": strategy_name,
-        "data": dataset.name,
-        "partition": choices.get("partition", fed.partition.name),
-        "model": model_name,
-    }
-    return Simulation(
-        strategy, fed, model, config, output_dir, meta, record=record, overwrite=run.overwrite
+        device=run.device,
+        memory_format=run.memory_format,
+        progress=run.progress,
+        model_params=model_params,
+        partition=choices.get("partition"),
+        run_dir=output_dir,
+        record=record,
+        overwrite=run.overwrite,
     )
 
 
