@@ -54,7 +54,7 @@ def test_resnet20_features_of_the_cifar10_sample(cache):
     root = data_root_or_skip("cifar10_sample/train.npz", "pretrained/cifar10_resnet20")
     data = load_dataset(
         {
-            "name": "cifar10",
+            "name": "cifar10_sample",
             "root": str(root),
             "train_subset": 300,
             "test_subset": 200,

@@ -148,8 +148,9 @@ def _main(cfg: DictConfig) -> float | None:
             file=sys.stderr,
         )
         sys.exit(INTERRUPTED)
+    source = f" (data: {summary['data_source']})" if summary.get("data_source") else ""
     print(
-        f"{summary['strategy']} on {summary['data']}/{summary['partition']}: "
+        f"{summary['strategy']} on {summary['data']}/{summary['partition']}{source}: "
         f"final {summary['final_accuracy']:.2f}%  best {summary['best_accuracy']:.2f}%  "
         f"({summary['rounds_completed']} rounds, {summary['wall_time_s']:.1f}s) -> {output_dir}"
     )
