@@ -190,6 +190,8 @@ class Simulation:
         self.status = "running"
         self.context_summary: dict[str, Any] = {}
         self._said_serial: set[str] = set()
+        self._active_callbacks: list[Callback] = []
+        self._clients_done = self._phase_clients = 0
 
     # ------------------------------------------------------------------ one round
     def _client_updates(
@@ -268,7 +270,14 @@ class Simulation:
         self.client_states.checkin(client.id, client.state)
         self.traffic.sent_up(update.weights, update.payload)
         stats.add(update.metrics)
+        self._clients_done += 1
+        self.stage(f"{client.phase}: {self._clients_done}/{self._phase_clients} clients")
         return update
+
+    def stage(self, text: str) -> None:
+        """Tell the callbacks the round's current stage (the progress line shows it)."""
+        for callback in self._active_callbacks:
+            callback.on_stage(self, text)
 
     def run_round(self, round_idx: int) -> dict[str, Any]:
         cohort = self.sampler.cohort(round_idx)
@@ -283,6 +292,8 @@ class Simulation:
             self.traffic.sent_down(message.weights, message.payload, len(members))
             if phase.keep:
                 self.kept.keep(phase.name, message, members)
+            self._clients_done, self._phase_clients = 0, len(members)
+            self.stage(f"{phase.name}: 0/{len(members)} clients")
             updates = self._client_updates(
                 phase, message, members, round_idx, stats, measure and i == 0
             )
@@ -335,7 +346,9 @@ class Simulation:
         return None
 
     def _setup(self, state: dict[str, Any] | None) -> None:
-        self.strategy.setup(SetupContext(self.model, self.data, self.config, self.device))
+        self.strategy.setup(
+            SetupContext(self.model, self.data, self.config, self.device, self.stage)
+        )
         dataset = self.data.dataset
         if self.config.eval.context_attack:
             check_run_attack(
@@ -522,6 +535,7 @@ class Simulation:
         self._start = time.perf_counter()
         callbacks = [MetricsLog(), Checkpoints(cfg.checkpoint.every), ProgressBar()]
         callbacks += [as_callback(c) for c in self.callbacks]
+        self._active_callbacks = callbacks
         try:
             for callback in callbacks:
                 callback.on_begin(self)
