@@ -155,4 +155,7 @@ class RunConfig(SimulationConfig):
     resume: bool = False
     overwrite: bool = False
     """Replace a run already in `run_dir` (its files are deleted first)."""
+    logger: Any = None
+    """Experiment trackers (`fedshare.engine.loggers`): tensorboard | wandb | mlflow, or a
+    list of them, e.g. [tensorboard,mlflow]; null = none."""
     server_data: ServerDataConfig = field(default_factory=ServerDataConfig)

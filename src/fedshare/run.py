@@ -64,11 +64,13 @@ def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str])
 
     from fedshare.assemble import assemble
     from fedshare.data import federate, load_dataset
+    from fedshare.engine.loggers import make_loggers
     from fedshare.strategies import make_strategy
 
     run: RunConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     strategy_name, strategy_params = group_params(cfg.strategy)
     strategy = make_strategy(strategy_name, strategy_params)
+    loggers = make_loggers(run.logger)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     dataset = load_dataset(data_cfg, seed=run.seed)  # type: ignore[arg-type]
     partition_cfg = OmegaConf.to_container(cfg.partition, resolve=True)
@@ -100,6 +102,7 @@ def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str])
         partition=choices.get("partition"),
         run_dir=output_dir,
         record=record,
+        callbacks=list(loggers),
         overwrite=run.overwrite,
     )
 
