@@ -95,6 +95,8 @@ def assemble(
     if record is not None:
         record = {**record, "model": {**record.get("model", {}), "name": model_name}}
         record.update(rounds=resolved_rounds, train=asdict(resolved_train), run_dir=str(run_dir))
-    return Simulation(
+    sim = Simulation(
         strategy, data, model, config, run_dir, meta, callbacks, record=record, overwrite=overwrite
     )
+    sim.model_spec = (model_name, dict(model_params or {}))
+    return sim

@@ -50,6 +50,7 @@ from fedshare.errors import FedshareError, NonFiniteLossError
 from fedshare.models.base import prepare_for_device
 from fedshare.params import params_of
 from fedshare.privacy.context import check_run_attack, run_attack_summary
+from fedshare.results.model_file import MODEL_FILE, save_model
 from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
@@ -192,6 +193,8 @@ class Simulation:
         self._said_serial: set[str] = set()
         self._active_callbacks: list[Callback] = []
         self._clients_done = self._phase_clients = 0
+        self.model_spec: tuple[str, dict[str, Any]] = (type(model).__name__, {})
+        """(registry name, options) of the model, for `model.pt` (`fedshare.load_model`)."""
 
     # ------------------------------------------------------------------ one round
     def _client_updates(
@@ -371,11 +374,9 @@ class Simulation:
         )
         if self.dir is not None:
             self.dir.write_config(self.record)
-            picture = self.dir.path / "partition.png"
-            written = picture.exists() and (self.dir.path / "partition.json").exists()
+            written = (self.dir.path / "partition.json").exists()
             if state is None or not written:  # a resume has checked the partition's fingerprint
                 self.dir.write_partition(self.data.partition.summary())
-                plot_partition(self.data.partition, picture)
         if state is None:
             if self.dir is not None:
                 self.dir.rewrite_metrics([])
@@ -515,10 +516,17 @@ class Simulation:
         )
 
     def _write_results(self) -> None:
-        """summary.json and curves.png, also for a run that stopped early or failed."""
+        """summary.json, curves.png and model.pt, also for a run that stopped early or failed."""
         if self.dir is None:
             return
         self.dir.write_summary(self.summary(self.elapsed()))
+        picture = self.dir.path / "partition.png"
+        if not picture.exists():  # drawn here, not before round 1: matplotlib takes ~1 s to import
+            plot_partition(self.data.partition, picture)
+        if self.rounds_completed > 0:
+            name, params = self.model_spec
+            model = self.strategy.global_model()
+            save_model(self.dir.path / MODEL_FILE, model, name, params, self.data)
         meta = self.meta
         title = f"{meta.get('strategy')} on {meta.get('data')}/{meta.get('partition')}"
         plot_learning_curve(

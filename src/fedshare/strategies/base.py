@@ -206,7 +206,7 @@ class Strategy:
 
 
 S = TypeVar("S", bound=type[Strategy])
-STRATEGIES: Registry[type[Strategy]] = Registry("strategy")
+STRATEGIES: Registry[type[Strategy]] = Registry("strategy", builtins="fedshare.strategies")
 
 
 def register_strategy(name: str) -> Callable[[S], S]:
