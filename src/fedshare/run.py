@@ -42,9 +42,6 @@ ConfigStore.instance().store(name="fedshare_schema", node=RunConfig)
 # A per-process token in default run folder names: two runs started in the same second get
 # different folders (the run folder's lock refuses a second writer in any case).
 OmegaConf.register_new_resolver("fedshare.token", lambda: secrets.token_hex(3), use_cache=True)
-OmegaConf.register_new_resolver(
-    "fedshare.path_safe", lambda text: str(text).replace("/", "_").replace(" ", "")[:180] or "run"
-)
 
 
 def group_params(node: Any) -> tuple[str, dict[str, Any]]:
