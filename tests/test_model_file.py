@@ -24,5 +24,5 @@ def test_load_model_gives_back_the_final_global_model(tmp_path):
 
 
 def test_load_model_of_a_folder_without_a_run_says_so(tmp_path):
-    with pytest.raises(fedshare.FedshareError, match="model.pt does not exist"):
+    with pytest.raises(fedshare.FedshareError, match=r"model\.pt does not exist"):
         fedshare.load_model(tmp_path)
