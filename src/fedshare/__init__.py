@@ -6,6 +6,7 @@ their first look-up.
 """
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -25,7 +26,6 @@ _LAZY = {
     "load_model": "fedshare.results.model_file",
     "simulate": "fedshare.api",
 }
-_SUBMODULES = ("data", "defaults", "engine", "models", "strategies")
 
 __all__ = [
     "CheckpointConfig",
@@ -63,10 +63,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
-    if name in _SUBMODULES:
-        return importlib.import_module(f"fedshare.{name}")
+    if not name.startswith("_") and importlib.util.find_spec(f"fedshare.{name}") is not None:
+        return importlib.import_module(f"fedshare.{name}")  # a subpackage, e.g. fedshare.models
     raise AttributeError(f"module 'fedshare' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY, *_SUBMODULES])
+    return sorted([*globals(), *_LAZY])
