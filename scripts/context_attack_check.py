@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    data = load_dataset({"name": "cifar10", "source": "npz"})
+    data = load_dataset({"name": "cifar10_sample"})
     views: list[tuple[str, dict]] = [("raw", {}), ("average", {})]
     for pretrained in (True, False):
         model = build_model(

@@ -43,8 +43,7 @@ COMMON = [
 ]
 SETTINGS = {
     "cifar10s_islands": [
-        "data=cifar10",
-        "data.source=npz",
+        "data=cifar10_sample",
         "partition=islands",
         "clients.num=10",
         "clients.fraction=0.5",

@@ -253,7 +253,7 @@ def float16(seeds: list[int], _: argparse.Namespace) -> None:
 
 def cifar10(seeds: list[int], args: argparse.Namespace) -> None:
     start = time.perf_counter()
-    data = load_dataset({"name": "cifar10", "root": args.root, "features": "resnet20_cifar"})
+    data = load_dataset({"name": "cifar10_sample", "root": args.root, "features": "resnet20_cifar"})
     print(f"features {tuple(data.x_train.shape)} in {time.perf_counter() - start:.1f}s")
     methods = [BASELINES[0]]
     methods += [fedpft(c, k) for c in ("spherical", "diag", "full") for k in (1, 2, 5, 10)]
@@ -267,7 +267,7 @@ def cifar10(seeds: list[int], args: argparse.Namespace) -> None:
 
 
 def cifar10dp(seeds: list[int], args: argparse.Namespace) -> None:
-    data = load_dataset({"name": "cifar10", "root": args.root, "features": "resnet20_cifar"})
+    data = load_dataset({"name": "cifar10_sample", "root": args.root, "features": "resnet20_cifar"})
     methods = [dp_method("spherical", 1.0, red) for red in ("raw", "projected")]
     part = {"name": "dirichlet", "alpha": 0.1, "min_size": args.min_size}
     table(

@@ -153,5 +153,5 @@ def test_multirun_sweep_with_the_joblib_launcher(tmp_path):
         for p in summaries
     }
     assert seen == {("fedavg", 0), ("fedavg", 1), ("fedprox", 0), ("fedprox", 1)}
-    names = sorted(p.parent.name for p in summaries)
-    assert all("seed=" in n and "strategy=" in n for n in names), names
+    names = sorted(p.parent.name.split("-", 1)[1] for p in summaries)
+    assert names == [f"{s}-digits-seed{seed}" for s in ("fedavg", "fedprox") for seed in (0, 1)]

@@ -130,7 +130,7 @@ def test_damaged_npz(tmp_path: Path, damage: str) -> None:
     else:
         np.savez(train, x=np.zeros((2, 32, 32, 3), np.uint8))
     with pytest.raises(FedshareError) as err:
-        load_dataset({"name": "cifar10", "root": str(tmp_path), "source": "npz"})
+        load_dataset({"name": "cifar10_sample", "root": str(tmp_path)})
     message = str(err.value)
     assert message.startswith(f"{train} is corrupt (") and "\n" not in message
     assert "allow_pickle" not in message

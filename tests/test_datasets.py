@@ -67,7 +67,8 @@ def cifar_sample_root() -> Path:
 
 
 def test_cifar10_sample_npz(cifar_sample_root: Path) -> None:
-    data = load_dataset({"name": "cifar10", "root": str(cifar_sample_root)})
+    data = load_dataset({"name": "cifar10_sample", "root": str(cifar_sample_root)})
+    assert data.name == "cifar10_sample"
     assert data.x_train.shape == (4000, 3, 32, 32) and data.x_train.dtype == torch.uint8
     assert data.x_test.shape == (1000, 3, 32, 32)
     assert torch.bincount(data.y_train).tolist() == [
@@ -88,7 +89,7 @@ def test_cifar10_sample_npz(cifar_sample_root: Path) -> None:
 
 
 def test_train_subset_is_class_balanced(cifar_sample_root: Path) -> None:
-    cfg = {"name": "cifar10", "root": str(cifar_sample_root), "train_subset": 1000}
+    cfg = {"name": "cifar10_sample", "root": str(cifar_sample_root), "train_subset": 1000}
     data = load_dataset(cfg | {"test_subset": 500}, seed=3)
     assert torch.bincount(data.y_train).tolist() == [100] * 10
     assert torch.bincount(data.y_test).tolist() == [50] * 10
@@ -96,9 +97,9 @@ def test_train_subset_is_class_balanced(cifar_sample_root: Path) -> None:
 
 
 def test_cache_serves_second_load(cifar_sample_root: Path, monkeypatch) -> None:
-    cfg = {"name": "cifar10", "root": str(cifar_sample_root)}
+    cfg = {"name": "cifar10_sample", "root": str(cifar_sample_root)}
     first = load_dataset(cfg)
-    entries = list(Path(os.environ["FEDSHARE_CACHE"]).glob("cifar10-*.pt"))
+    entries = list(Path(os.environ["FEDSHARE_CACHE"]).glob("cifar10_sample-*.pt"))
     assert len(entries) == 1
 
     def fail(*args):
@@ -114,7 +115,7 @@ def test_cache_serves_second_load(cifar_sample_root: Path, monkeypatch) -> None:
 
 
 def test_static_augment(cifar_sample_root: Path) -> None:
-    cfg = {"name": "cifar10", "root": str(cifar_sample_root), "train_subset": 200}
+    cfg = {"name": "cifar10_sample", "root": str(cifar_sample_root), "train_subset": 200}
     clean = load_dataset(cfg)
     aug = load_dataset(cfg | {"static_augment": "train"})
     assert not aug.augmentation.active and torch.equal(aug.x_test, clean.x_test)
@@ -197,20 +198,42 @@ def test_cifar10_pickles(tmp_path: Path) -> None:
     assert data.source == "python-version pickles"
 
 
-def test_cifar10_auto_prefers_pickles_and_cache_follows_sources(tmp_path: Path) -> None:
+def test_cifar10_reads_an_npz_pair_and_cache_follows_sources(tmp_path: Path) -> None:
     write_cifar10(tmp_path, seed=0)
-    sample = tmp_path / "cifar10_sample"
-    sample.mkdir()
+    full = tmp_path / "cifar10_npz"
+    full.mkdir()
     for split in ("train", "test"):
         x = np.zeros((3, 32, 32, 3), np.uint8)
-        np.savez(sample / f"{split}.npz", x=x, y=np.arange(3))
+        np.savez(full / f"{split}.npz", x=x, y=np.arange(3))
     assert len(load_dataset({"name": "cifar10", "root": str(tmp_path)}).y_train) == 20
-    npz = load_dataset({"name": "cifar10", "root": str(tmp_path), "source": "npz"})
-    assert npz.y_train.tolist() == [0, 1, 2]
+    cfg = {"name": "cifar10", "root": str(tmp_path), "source": "npz", "npz_dir": "cifar10_npz"}
+    npz = load_dataset(cfg)
+    assert npz.y_train.tolist() == [0, 1, 2] and npz.source == "npz cifar10_npz (3/3)"
     truth = write_cifar10(tmp_path, seed=1)  # new files: the cache entry must not be reused
     os.utime(tmp_path / "cifar-10-batches-py" / "test_batch", ns=(1, 1))
     data = load_dataset({"name": "cifar10", "root": str(tmp_path)})
     assert data.y_test.tolist() == truth["y_test"].tolist()
+
+
+def write_sample(root: Path) -> None:
+    sample = root / "cifar10_sample"
+    sample.mkdir()
+    for split in ("train", "test"):
+        np.savez(sample / f"{split}.npz", x=np.zeros((3, 32, 32, 3), np.uint8), y=np.arange(3))
+
+
+def test_cifar10_never_falls_back_to_the_sample(tmp_path: Path) -> None:
+    """data=cifar10 is the full set: with only the sample there, it is an error that names
+    data=cifar10_sample; the sample loads under its own name."""
+    write_sample(tmp_path)
+    with pytest.raises(FedshareError, match=r"dataset 'cifar10' not found.*data=cifar10_sample"):
+        load_dataset({"name": "cifar10", "root": str(tmp_path)})
+    with pytest.raises(FedshareError, match="not CIFAR-10; use data=cifar10_sample"):
+        load_dataset(
+            {"name": "cifar10", "root": str(tmp_path), "source": "npz", "npz_dir": "cifar10_sample"}
+        )
+    sample = load_dataset({"name": "cifar10_sample", "root": str(tmp_path)})
+    assert sample.name == "cifar10_sample" and sample.source == "npz cifar10_sample (3/3)"
 
 
 def test_cifar100_pickles(tmp_path: Path) -> None:

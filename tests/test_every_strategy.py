@@ -30,11 +30,11 @@ DATASETS = {
     "synthetic_mixture": {"train_size": 2000, "test_size": 300},
     "mnist": SMALL,
     "fmnist": SMALL,
-    "cifar10": SMALL,
+    "cifar10_sample": SMALL,
     "fsdd": SMALL,
     "uci_har": SMALL,
 }
-MODEL = {"cifar10": "lenet_cifar"}
+MODEL = {"cifar10_sample": "lenet_cifar"}
 MODEL_OPTIONS = {"uci_har": {"width": 0.25}}
 ROUNDS = {"uci_har": 5}
 PAIR_ROUNDS = {("scaffold", "cifar10"): 5}
@@ -105,7 +105,7 @@ NOT_YET_ABOVE_CHANCE = (
             "synthetic_mixture",
             "mnist",
             "fmnist",
-            "cifar10",
+            "cifar10_sample",
             "fsdd",
             "uci_har",
         )
@@ -242,7 +242,7 @@ def test_strategy_learns_on_dataset(strategy_name, data_name):
 @pytest.mark.parametrize("strategy_name", ["fedavg", "flea"])
 def test_default_cifar_model_learns(strategy_name):
     """MobileNetV2 (CIFAR's default model) with the layered defaults learns on the sample."""
-    data = load_real("cifar10", train_subset=2000, test_subset=500)
+    data = load_real("cifar10_sample", train_subset=2000, test_subset=500)
     strategy = make_strategy(strategy_name)
     fed = federate(data, "iid", 4, 0)
     config = SimulationConfig(

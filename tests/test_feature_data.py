@@ -21,7 +21,7 @@ def cache(tmp_path, monkeypatch):
 def test_backbone_features_are_computed_once_and_cached(cache):
     cfg = {"name": "digits", "features": "random_relu", "features_options": {"dim": 16}}
     first = load_dataset(cfg)
-    assert cache_dir() == cache and len(list(cache.glob("*.pt"))) == 1
+    assert cache_dir() == cache and len(list(cache.glob("digits-features-*.pt"))) == 1
     second = load_dataset(cfg)
     assert first.x_train.shape == (1437, 16) and first.x_test.shape == (360, 16)
     assert torch.equal(first.x_train, second.x_train)
@@ -29,7 +29,7 @@ def test_backbone_features_are_computed_once_and_cached(cache):
     assert (first.x_train >= 0).all()  # ReLU features
     other = load_dataset({**cfg, "features_options": {"dim": 16, "seed": 7}})
     assert not torch.equal(first.x_train, other.x_train)
-    assert len(list(cache.glob("*.pt"))) == 2
+    assert len(list(cache.glob("digits-features-*.pt"))) == 2
 
 
 def test_subsets_apply_before_extraction(cache):
@@ -54,7 +54,7 @@ def test_resnet20_features_of_the_cifar10_sample(cache):
     root = data_root_or_skip("cifar10_sample/train.npz", "pretrained/cifar10_resnet20")
     data = load_dataset(
         {
-            "name": "cifar10",
+            "name": "cifar10_sample",
             "root": str(root),
             "train_subset": 300,
             "test_subset": 200,

@@ -139,7 +139,7 @@ def test_resnet20_cifar10_sample_dirichlet():
     10 clients, Dir(0.1): FedPFT close to Centralized (within 4 pp, the paper's largest gap) and
     far above one-shot averaging; full-covariance accuracy not decreasing in K (1 pp slack)."""
     root = data_root_or_skip("cifar10_sample/train.npz", "pretrained/cifar10_resnet20")
-    data = load_dataset({"name": "cifar10", "root": str(root), "features": "resnet20_cifar"})
+    data = load_dataset({"name": "cifar10_sample", "root": str(root), "features": "resnet20_cifar"})
     methods = [CENTRAL, AVG, checks.fedpft("diag", 10)]
     methods += [checks.fedpft("full", k) for k in (1, 2, 5, 10)]
     part = {"name": "dirichlet", "alpha": 0.1, "min_size": 10}

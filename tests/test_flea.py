@@ -508,7 +508,7 @@ def test_augment_test_is_one_switch_off_by_default(name):
 
 def test_cifar_augment_test_crops_the_test_images_too():
     root = data_root_or_skip("cifar10_sample")
-    cfg = {"name": "cifar10", "root": str(root), "source": "npz", "cache": False}
+    cfg = {"name": "cifar10_sample", "root": str(root), "cache": False}
     clean = load_dataset(cfg)
     train = load_dataset(cfg | {"static_augment": "train"})
     both = load_dataset(cfg | {"static_augment": "train", "augment_test": True})

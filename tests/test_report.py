@@ -220,11 +220,12 @@ def test_csv_and_markdown_hold_the_numbers(two_methods, tmp_path):
     assert float(fedprox["wall_time_s_std"]) == 0.0
     text = to_markdown(result)
     assert "6 runs in 2 rows" in text and "![" in text and "(curves.png)" in text
+    assert "| rounds |" in text and "last-3 %" in text and "last-10 %" not in text
     assert md_cells(text, "fedavg") == [
-        "fedavg", "digits", "iid", "cnn_small", "3", "80.00 ± 10.00", "80.00 ± 10.00",
+        "fedavg", "digits", "iid", "cnn_small", "3", "3", "80.00 ± 10.00", "80.00 ± 10.00",
         "53.33 ± 6.67", "0.01 ± 0.00", "0.00 ± 0.00", "2.0 ± 1.0",
     ]  # fmt: skip
-    assert md_cells(text, "fedprox")[5:] == [
+    assert md_cells(text, "fedprox")[6:] == [
         "65.00 ± 5.00", "65.00 ± 5.00", "43.33 ± 3.33", "0.01 ± 0.00", "2.00 ± 1.00", "1.0 ± 0.0",
     ]  # fmt: skip
     widths = {len(line) for line in text.splitlines() if line.startswith("|")}
@@ -235,7 +236,7 @@ def test_a_single_run_row_has_no_std(tmp_path):
     fake_run(tmp_path / "a", "fedavg", 0, 50.0)
     (row,) = build_report(load_all(tmp_path)).rows
     assert row.stats["final_accuracy"] == (50.0, None)
-    assert md_cells(to_markdown(build_report(load_all(tmp_path))), "fedavg")[5] == "50.00"
+    assert md_cells(to_markdown(build_report(load_all(tmp_path))), "fedavg")[6] == "50.00"
 
 
 # ---------------------------------------------------------------------------- paper tables

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedshare import simulate
-from fedshare.config import TrainConfig
+from fedshare.defaults import DATASET_TRAIN
 from fedshare.engine.resume import changed_keys
 from fedshare.errors import FedshareError
 from fedshare.results.atomic import png_complete
@@ -125,7 +125,7 @@ def test_a_used_folder_is_refused_and_overwrite_replaces_the_old_run(tmp_path):
     simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=out, overwrite=True)
     # the old checkpoint is gone: the one there now records the new run's settings
     state = torch.load(out / "checkpoint.pt", weights_only=True)
-    assert state["config"]["train"]["lr"] == TrainConfig().lr != 0.2
+    assert state["config"]["train"]["lr"] == DATASET_TRAIN["digits"]["lr"] != 0.2
 
 
 def test_checkpoint_is_kept_by_default_and_can_be_turned_off(tmp_path):

@@ -9,11 +9,14 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from fedshare.assemble import assemble
 from fedshare.config import DataOptions, RunConfig, SimulationConfig, TrainConfig
+from fedshare.data import federate, load_dataset
 from fedshare.errors import FedshareError
 from fedshare.preflight import check_command_line
 from fedshare.rules import Rule
-from fedshare.run import config_dir, simulation_config
+from fedshare.run import config_dir, simulation_settings
+from fedshare.strategies import make_strategy
 from fedshare.validation import typed_fields
 
 RUN_KEYS = typed_fields(RunConfig)
@@ -165,8 +168,16 @@ def test_every_run_config_key_reaches_the_simulation_config():
         "checkpoint": {"every": 0},
     }
     run = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), changed))
-    config = simulation_config(run, 3, TrainConfig(lr=0.3))
+    data = federate(load_dataset({"name": "digits"}), {"name": "iid"}, 3, seed=7)
+    sim = assemble(
+        make_strategy("fedavg", {}), data, "auto", rounds=3, train={"lr": 0.3},
+        **simulation_settings(run),
+    )
+    config = sim.config
     for key in fields(SimulationConfig):
-        expected = getattr(run, key.name) if key.name != "train" else TrainConfig(lr=0.3)
-        assert getattr(config, key.name) == expected, key.name
+        expected = getattr(run, key.name)
+        if key.name == "train":
+            assert config.train.lr == 0.3
+        else:
+            assert getattr(config, key.name) == expected, key.name
     assert config.memory_format == "contiguous" and config.eval.batch_size == 5

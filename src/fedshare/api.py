@@ -1,26 +1,20 @@
 """`fedshare.simulate`: one call from Python, no Hydra."""
 
 from collections.abc import Mapping
-from dataclasses import fields, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from torch import nn
 
-from fedshare.config import (
-    CheckpointConfig,
-    ClientsConfig,
-    EvalConfig,
-    SimulationConfig,
-    TrainConfig,
-)
+from fedshare.assemble import assemble, init_model
+from fedshare.config import CheckpointConfig, ClientsConfig, EvalConfig, TrainConfig
 from fedshare.data.federated import FederatedData
-from fedshare.defaults import resolve_rounds
-from fedshare.engine.rng import seed_global_torch
-from fedshare.engine.simulation import RoundCallback, RunResult, Simulation
+from fedshare.engine.simulation import RoundCallback, RunResult
 from fedshare.errors import FedshareError
-from fedshare.models.base import build_model
 from fedshare.strategies.base import Strategy, make_strategy
+
+__all__ = ["as_config", "init_model", "simulate"]
 
 C = TypeVar("C")
 
@@ -31,23 +25,27 @@ def as_config(cls: type[C], value: C | Mapping[str, Any] | None) -> C:
         return cls()
     if is_dataclass(value):
         return value  # type: ignore[return-value]
-    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    check_fields(cls, value)
+    return cls(**value)
+
+
+def check_fields(cls: type, value: Mapping[str, Any]) -> None:
+    known = {f.name for f in fields(cls)}
     unknown = set(value) - known
     if unknown:
         raise FedshareError(
             f"{cls.__name__} has no field(s) {sorted(unknown)}; its fields are {sorted(known)}"
         )
-    return cls(**value)
 
 
-def init_model(
-    name: str, data: FederatedData, seed: int, params: Mapping[str, Any] | None = None
-) -> nn.Module:
-    """Build a registered model for `data` with initial weights drawn from the run's seed."""
-    if name == "auto":
-        name = data.dataset.default_model
-    seed_global_torch(seed, "model_init")
-    return build_model(name, data.dataset.input_shape, data.dataset.num_classes, params)
+def explicit_train(train: TrainConfig | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The training keys the caller set: all of a `TrainConfig`, a mapping's keys, or none."""
+    if train is None:
+        return {}
+    if isinstance(train, TrainConfig):
+        return asdict(train)
+    check_fields(TrainConfig, train)
+    return dict(train)
 
 
 def simulate(
@@ -57,6 +55,8 @@ def simulate(
     rounds: int | None = None,
     *,
     seed: int = 0,
+    strategy_params: Mapping[str, Any] | None = None,
+    model_params: Mapping[str, Any] | None = None,
     clients: ClientsConfig | Mapping[str, Any] | None = None,
     train: TrainConfig | Mapping[str, Any] | None = None,
     eval: EvalConfig | Mapping[str, Any] | None = None,
@@ -69,36 +69,39 @@ def simulate(
     overwrite: bool = False,
     callbacks: list[RoundCallback] | None = None,
 ) -> RunResult:
-    """Run `strategy` on federated `data` with `model` for `rounds` rounds.
+    """Run `strategy` on federated `data` with `model` for `rounds` rounds, resolved exactly
+    as the command line resolves them (`fedshare.assemble`, one code path).
 
-    `strategy` and `model` may be registry names; a named model is initialised from `seed`.
-    `rounds=None` is 1 for a one-shot strategy, else 20. `train` is taken as given: the fields
-    it leaves out keep `TrainConfig`'s defaults (the command line's layered defaults are
-    `fedshare.defaults.resolve_train`). With `run_dir`, the run directory files are written
-    there: a folder that holds a run is refused unless `overwrite=True`, and `resume=True`
-    continues from its checkpoint. Returns a `RunResult` with the history and summary.
+    `strategy` and `model` may be registry names (with `strategy_params` / `model_params`, the
+    keys of `configs/strategy/<name>.yaml` / `configs/model/<name>.yaml`); a named model is
+    initialised from `seed`, `auto` is the dataset's default model. What is left unset comes
+    from the layered defaults (`fedshare.defaults`: strategy > dataset > global): `rounds=None`
+    is 1 for a one-shot strategy, else 20; the `train` keys not given (a mapping may give some)
+    are the strategy's, then the dataset's, then `TrainConfig`'s; a `TrainConfig` instance sets
+    every key. With `run_dir`, the run directory files are written there: a folder that holds
+    a run is refused unless `overwrite=True`, and `resume=True` continues from its checkpoint.
+    Returns a `RunResult` with the history and summary.
     """
-    strategy_obj = make_strategy(strategy) if isinstance(strategy, str) else strategy
-    config = SimulationConfig(
-        rounds=resolve_rounds(rounds, strategy_obj),
+    if isinstance(strategy, str):
+        strategy = make_strategy(strategy, strategy_params)
+    elif strategy_params:
+        raise FedshareError("strategy_params needs a strategy name, not a Strategy object")
+    sim = assemble(
+        strategy,
+        data,
+        model,
+        rounds=rounds,
         seed=seed,
+        train=explicit_train(train),
+        clients=as_config(ClientsConfig, clients),
+        eval=as_config(EvalConfig, eval),
+        checkpoint=as_config(CheckpointConfig, checkpoint),
         device=device,
         memory_format=memory_format,
         progress=progress,
-        clients=as_config(ClientsConfig, clients),
-        train=as_config(TrainConfig, train),
-        eval=as_config(EvalConfig, eval),
-        checkpoint=as_config(CheckpointConfig, checkpoint),
-    )
-    model_name = model if isinstance(model, str) else type(model).__name__
-    model_obj = init_model(model, data, seed) if isinstance(model, str) else model
-    meta = {
-        "strategy": strategy_obj.name,
-        "data": data.dataset.name,
-        "partition": data.partition.name,
-        "model": data.dataset.default_model if model_name == "auto" else model_name,
-    }
-    sim = Simulation(
-        strategy_obj, data, model_obj, config, run_dir, meta, callbacks, overwrite=overwrite
+        model_params=model_params,
+        run_dir=run_dir,
+        callbacks=callbacks,
+        overwrite=overwrite,
     )
     return sim.run(resume=resume)

@@ -184,6 +184,9 @@ class RunConfig(SimulationConfig):
     resume: bool = ruled(False, ANY)
     overwrite: bool = ruled(False, ANY)
     """Replace a run already in `run_dir` (the files a fedshare run wrote there are deleted)."""
+    logger: Any = ruled(None, ANY)
+    """Experiment trackers (`fedshare.engine.loggers`): tensorboard | wandb | mlflow, or a
+    list of them, e.g. [tensorboard,mlflow]; null = none."""
     server_data: ServerDataConfig = field(default_factory=ServerDataConfig)
 
 

@@ -28,6 +28,7 @@ DATASET_TRAIN: dict[str, dict[str, Any]] = {
     "fmnist": {"optimizer": "sgd", "lr": 0.01, "momentum": 0.5, "weight_decay": 5e-4},
     # MobileNetV2 / audio / HAR nets: FLea's optimizer (specs/flea.md §2.6), without its schedule
     "cifar10": _ADAM,
+    "cifar10_sample": _ADAM,
     "cifar100": _ADAM,
     "fsdd": _ADAM,
     "urbansound8k": _ADAM,

@@ -45,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m fedshare.report",
         description="Tabulate runs: one row per method × setting, mean ± std over seeds of "
-        "final, best and last-10 accuracy, traffic and wall time.",
+        "rounds, final, best and last-10 (last-k of shorter runs) accuracy, traffic, wall time.",
     )
     p.add_argument(
         "paths",

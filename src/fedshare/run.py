@@ -26,7 +26,6 @@ from fedshare.results.rundir import LOCK_FILE, MARKER
 from fedshare.sweep import SOME_MEMBERS_FAILED, SweepOutcome, record_failure
 
 if TYPE_CHECKING:
-    from fedshare.config import SimulationConfig, TrainConfig
     from fedshare.engine.simulation import Simulation
 
 USER_ERROR = 2
@@ -47,9 +46,6 @@ ConfigStore.instance().store(name="fedshare_schema", node=RunConfig)
 # A per-process token in default run folder names: two runs started in the same second get
 # different folders (the run folder's lock refuses a second writer in any case).
 OmegaConf.register_new_resolver("fedshare.token", lambda: secrets.token_hex(3), use_cache=True)
-OmegaConf.register_new_resolver(
-    "fedshare.path_safe", lambda text: str(text).replace("/", "_").replace(" ", "")[:180] or "run"
-)
 
 
 def group_params(node: Any) -> tuple[str, dict[str, Any]]:
@@ -61,35 +57,37 @@ def group_params(node: Any) -> tuple[str, dict[str, Any]]:
     return str(name), values
 
 
-def simulation_config(run: RunConfig, rounds: int, train: "TrainConfig") -> "SimulationConfig":
-    """The engine's settings: every `SimulationConfig` key as the run set it, with `rounds`
-    and `train` resolved from the layered defaults."""
+def simulation_settings(run: RunConfig) -> dict[str, Any]:
+    """Every `SimulationConfig` key as the run set it, except `rounds` and `train`, which
+    `fedshare.assemble` resolves from the layered defaults."""
     from dataclasses import fields
 
     from fedshare.config import SimulationConfig
 
-    values = {f.name: getattr(run, f.name) for f in fields(SimulationConfig)}
-    return SimulationConfig(**{**values, "rounds": rounds, "train": train})
+    return {
+        f.name: getattr(run, f.name)
+        for f in fields(SimulationConfig)
+        if f.name not in ("rounds", "train")
+    }
 
 
 def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> "Simulation":
     """Every object of the run, checked, with nothing written yet: the strategy (its
-    parameters), the data, the partition, the model, and the layered defaults."""
+    parameters), the data and the partition, then `fedshare.assemble` (the path
+    `fedshare.simulate` takes too) for the model and the layered defaults."""
     from dataclasses import asdict
 
-    from fedshare.api import init_model
+    from fedshare.assemble import assemble
     from fedshare.data import federate, load_dataset
-    from fedshare.defaults import resolve_rounds, resolve_train
-    from fedshare.engine.simulation import Simulation
+    from fedshare.engine.loggers import make_loggers
     from fedshare.strategies import make_strategy
 
     run: RunConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     strategy_name, strategy_params = group_params(cfg.strategy)
     strategy = make_strategy(strategy_name, strategy_params)
-    rounds = resolve_rounds(run.rounds, strategy)
+    loggers = make_loggers(run.logger)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     dataset = load_dataset(data_cfg, seed=run.seed)  # type: ignore[arg-type]
-    train = resolve_train(asdict(run.train), strategy, dataset.name)
     partition_cfg = OmegaConf.to_container(cfg.partition, resolve=True)
     fed = federate(
         dataset,
@@ -101,21 +99,20 @@ def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str])
         run.server_data.labelled,
     )
     model_name, model_params = group_params(cfg.model)
-    if model_name == "auto":
-        model_name = dataset.default_model
-    model = init_model(model_name, fed, run.seed, model_params)
-    config = simulation_config(run, rounds, train)
     record: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    record["model"]["name"] = model_name
-    record.update(rounds=rounds, train=asdict(train), run_dir=str(output_dir))
-    meta = {
-        "strategy": strategy_name,
-        "data": dataset.name,
-        "partition": choices.get("partition", fed.partition.name),
-        "model": model_name,
-    }
-    return Simulation(
-        strategy, fed, model, config, output_dir, meta, record=record, overwrite=run.overwrite
+    return assemble(
+        strategy,
+        fed,
+        model_name,
+        rounds=run.rounds,
+        train=asdict(run.train),
+        **simulation_settings(run),
+        model_params=model_params,
+        partition=choices.get("partition"),
+        run_dir=output_dir,
+        record=record,
+        callbacks=list(loggers),
+        overwrite=run.overwrite,
     )
 
 
@@ -187,8 +184,9 @@ def _main(cfg: DictConfig) -> float | None:
         record_failure(output_dir, member_meta(cfg, choices), error_sentence(err))
         traceback.print_exc()
         return None
+    source = f" (data: {summary['data_source']})" if summary.get("data_source") else ""
     print(
-        f"{summary['strategy']} on {summary['data']}/{summary['partition']}: "
+        f"{summary['strategy']} on {summary['data']}/{summary['partition']}{source}: "
         f"final {summary['final_accuracy']:.2f}%  best {summary['best_accuracy']:.2f}%  "
         f"({summary['rounds_completed']} rounds, {summary['wall_time_s']:.1f}s) -> {output_dir}"
     )

@@ -1,5 +1,7 @@
 """Dataset loaders: each returns a `Dataset` of tensors, registered by name (`data=<name>`)."""
 
+import importlib.metadata
+import importlib.util
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -9,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedshare.data.cache import cached
+from fedshare.data.cache import Payload, cached, dataset_from_payload
 from fedshare.data.dataset import Augmentation, Dataset
 from fedshare.data.files import corrupt_file, read_bytes
 from fedshare.data.sources import download_root, downloading, find_files, missing_data_error
@@ -223,24 +225,41 @@ def balanced_subset(labels: np.ndarray, size: int, rng: np.random.Generator) -> 
 
 
 # --------------------------------------------------------------------------- always available
+def sklearn_digits_file() -> Path:
+    """scikit-learn's bundled digits file, found without importing scikit-learn (~1 s)."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise FedshareError("data=digits needs scikit-learn (pip install scikit-learn)")
+    return Path(next(iter(spec.submodule_search_locations))) / "datasets/data/digits.csv.gz"
+
+
 @register_dataset("digits")
 def load_digits(request: LoadRequest, *, test_fraction: float = 0.2) -> Dataset:
-    """scikit-learn's 8×8 handwritten digits (1,797 images), a fixed stratified split."""
-    from sklearn.datasets import load_digits as sk_digits
-    from sklearn.model_selection import train_test_split
+    """scikit-learn's 8×8 handwritten digits (1,797 images), a fixed stratified split; the
+    split is cached (`fedshare.data.cache`), so a later run does not import scikit-learn."""
 
-    bunch = sk_digits()
-    x = (bunch.data.reshape(-1, 1, 8, 8)).astype(np.float32)
-    y = bunch.target.astype(np.int64)
-    x_tr, x_te, y_tr, y_te = train_test_split(
-        x, y, test_size=test_fraction, stratify=y, random_state=0
-    )
-    return Dataset(
-        name="digits",
-        x_train=torch.from_numpy(x_tr),
-        y_train=torch.from_numpy(y_tr),
-        x_test=torch.from_numpy(x_te),
-        y_test=torch.from_numpy(y_te),
+    def build() -> Payload:
+        from sklearn.datasets import load_digits as sk_digits
+        from sklearn.model_selection import train_test_split
+
+        bunch = sk_digits()
+        x = (bunch.data.reshape(-1, 1, 8, 8)).astype(np.float32)
+        y = bunch.target.astype(np.int64)
+        x_tr, x_te, y_tr, y_te = train_test_split(
+            x, y, test_size=test_fraction, stratify=y, random_state=0
+        )
+        arrays = {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te}
+        return {k: torch.from_numpy(v) for k, v in arrays.items()}
+
+    options = {
+        "test_fraction": test_fraction,
+        "scikit-learn": importlib.metadata.version("scikit-learn"),
+        "version": 1,
+    }
+    payload = cached("digits", options, [sklearn_digits_file()], build, request.cache)
+    return dataset_from_payload(
+        "digits",
+        payload,
         num_classes=10,
         scale=1 / 16,
         mean=(0.3053,),

@@ -30,6 +30,20 @@ class FederatedData:
     server_indices: torch.Tensor | None = None
     server_labelled: bool = True
 
+    def __repr__(self) -> str:
+        """One line, no tensors: dataset, sizes, partition, client sizes, server data."""
+        data, part = self.dataset, self.partition
+        sizes = self.client_sizes
+        params = ", ".join(f"{k}={v}" for k, v in part.params.items() if v is not None)
+        shape = "×".join(str(d) for d in data.input_shape)
+        server = "none" if self.server_indices is None else f"{len(self.server_indices)} samples"
+        return (
+            f"FederatedData({data.name}: {len(data.y_train):,} train / {len(data.y_test):,} "
+            f"test, {data.num_classes} classes, input {shape}; partition {part.name}"
+            f"({params}) over {self.num_clients} clients, {min(sizes, default=0)}–"
+            f"{max(sizes, default=0)} samples each; server data: {server})"
+        )
+
     def server_batch(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The server's data, prepared without augmentation; labels only if labelled."""
         if self.server_indices is None:

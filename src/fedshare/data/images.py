@@ -175,7 +175,7 @@ def apply_static_augment(
 # --------------------------------------------------------------------------- CIFAR loaders
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR10_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-CIFAR10_SOURCES = ("auto", "pickle", "npz")
+CIFAR10_SOURCES = ("pickle", "npz")
 
 
 def _cifar10_pickles(base: Path, request: LoadRequest) -> Payload:
@@ -202,60 +202,26 @@ def _cifar10_pickles(base: Path, request: LoadRequest) -> Payload:
     return cached("cifar10", {"format": "pickle", "version": 1}, paths, build, request.cache)
 
 
-@register_dataset("cifar10")
-def load_cifar10(
-    request: LoadRequest,
-    *,
-    source: str = "auto",
-    npz_dir: str = "cifar10_sample",
-    static_augment: str = "none",
-    static_augment_seed: int = 1,
-    augment_test: bool = False,
-) -> Dataset:
-    """CIFAR-10, 32×32×3, 10 classes (flea.md §4.1).
+SAMPLE_DIR = "cifar10_sample"
+"""The 4,000 / 1,000-image prefix of CIFAR-10 under the data root: its own dataset,
+`data=cifar10_sample`, never a stand-in for `data=cifar10`."""
 
-    `source`: "pickle" reads torchvision's `<root>/cifar-10-batches-py/` (50,000 / 10,000);
-    "npz" reads `<root>/<npz_dir>/{train,test}.npz` (`x` N×32×32×3 uint8, `y`; e.g. the
-    partial 4,000 / 1,000 `cifar10_sample`); "auto" takes the pickles when present, else the
-    npz folder. Normalisation is FLea's; batch augmentation is random crop (padding 4) and
-    horizontal flip. `static_augment` ("none" | "train" | "all") replaces it with FLea's
-    one-off seeded crop/flip at load time; `augment_test` applies it to the test set too
-    (see `apply_static_augment`).
-    """
-    if source not in CIFAR10_SOURCES:
-        raise FedshareError(choices_message("data.source value", source, list(CIFAR10_SOURCES)))
-    pickles = [f"{CIFAR10_DIR}/{f}" for f in CIFAR10_FILES]
-    npz = [f"{npz_dir}/train.npz", f"{npz_dir}/test.npz"]
-    base = find_files(request.root, pickles) if source != "npz" else None
-    origin = "python-version pickles"
-    if base is not None:
-        payload = _cifar10_pickles(base, request)
-    else:
-        npz_base = find_files(request.root, npz) if source != "pickle" else None
-        if npz_base is not None:
-            folder = npz_base / npz_dir
-            payload = cached(
-                "cifar10",
-                {"format": "npz", "version": 1},
-                [folder / "train.npz", folder / "test.npz"],
-                lambda: read_cifar_npz(folder),
-                request.cache,
-            )
-            origin = f"npz {npz_dir} ({len(payload['y_train'])}/{len(payload['y_test'])})"
-        elif request.download and source != "npz":
-            import torchvision
 
-            with downloading("cifar10", download_root(request.root)):
-                torchvision.datasets.CIFAR10(str(download_root(request.root)), download=True)
-            payload = _cifar10_pickles(download_root(request.root), request)
-        else:
-            wanted = npz if source == "npz" else pickles
-            how = "get CIFAR-10's python version from https://www.cs.toronto.edu/~kriz/cifar.html"
-            if source == "auto":
-                how += f" (or an npz pair {npz_dir}/train.npz, test.npz with x and y)"
-            raise missing_data_error("cifar10", request.root, wanted, how)
-    data = dataset_from_payload(
-        "cifar10",
+def _cifar10_npz(name: str, folder: Path, request: LoadRequest) -> tuple[Payload, str]:
+    """The payload of an npz pair `folder/{train,test}.npz` and its source description."""
+    payload = cached(
+        name,
+        {"format": "npz", "version": 1},
+        [folder / "train.npz", folder / "test.npz"],
+        lambda: read_cifar_npz(folder),
+        request.cache,
+    )
+    return payload, f"npz {folder.name} ({len(payload['y_train'])}/{len(payload['y_test'])})"
+
+
+def _cifar10_dataset(name: str, payload: Payload, source: str) -> Dataset:
+    return dataset_from_payload(
+        name,
         payload,
         num_classes=10,
         scale=1 / 255,
@@ -263,8 +229,91 @@ def load_cifar10(
         std=CIFAR10_STD,
         augmentation=CIFAR_AUGMENTATION,
         default_model="mobilenetv2_cifar",
-        source=origin,
+        source=source,
     )
+
+
+@register_dataset("cifar10")
+def load_cifar10(
+    request: LoadRequest,
+    *,
+    source: str = "pickle",
+    npz_dir: str | None = None,
+    static_augment: str = "none",
+    static_augment_seed: int = 1,
+    augment_test: bool = False,
+) -> Dataset:
+    """CIFAR-10, 32×32×3, 10 classes, 50,000 / 10,000 (flea.md §4.1).
+
+    `source`: "pickle" reads torchvision's `<root>/cifar-10-batches-py/`; "npz" reads the full
+    set as an npz pair `<root>/<npz_dir>/{train,test}.npz` (`x` N×32×32×3 uint8, `y`). A
+    missing set is an error, never a fallback to the 4,000 / 1,000 sample, which is its own
+    dataset (`cifar10_sample`). Normalisation is FLea's; batch augmentation is random crop
+    (padding 4) and horizontal flip. `static_augment` ("none" | "train" | "all") replaces it
+    with FLea's one-off seeded crop/flip at load time; `augment_test` applies it to the test
+    set too (see `apply_static_augment`).
+    """
+    if source not in CIFAR10_SOURCES:
+        raise FedshareError(choices_message("data.source value", source, list(CIFAR10_SOURCES)))
+    if source == "npz" and not npz_dir:
+        raise FedshareError("data.source=npz needs data.npz_dir=<the folder of the npz pair>")
+    if source == "npz" and Path(str(npz_dir)).name == SAMPLE_DIR:
+        raise FedshareError(
+            f"data.npz_dir={npz_dir} is the 4,000 / 1,000-image sample, not CIFAR-10; use "
+            f"data=cifar10_sample"
+        )
+    if source == "npz":
+        assert npz_dir is not None
+        relative = [f"{npz_dir}/train.npz", f"{npz_dir}/test.npz"]
+    else:
+        relative = [f"{CIFAR10_DIR}/{f}" for f in CIFAR10_FILES]
+    base = find_files(request.root, relative)
+    if base is None and request.download and source == "pickle":
+        import torchvision
+
+        with downloading("cifar10", download_root(request.root)):
+            torchvision.datasets.CIFAR10(str(download_root(request.root)), download=True)
+        base = download_root(request.root)
+    if base is None:
+        how = "get CIFAR-10's python version from https://www.cs.toronto.edu/~kriz/cifar.html"
+        if find_files(request.root, [f"{SAMPLE_DIR}/train.npz", f"{SAMPLE_DIR}/test.npz"]):
+            how += " (the 4,000 / 1,000-image sample there is data=cifar10_sample)"
+        else:
+            how += " (or use data=cifar10_sample, the 4,000 / 1,000-image sample)"
+        raise missing_data_error("cifar10", request.root, relative, how)
+    if source == "npz":
+        assert npz_dir is not None
+        payload, origin = _cifar10_npz("cifar10", base / npz_dir, request)
+    else:
+        payload, origin = _cifar10_pickles(base, request), "python-version pickles"
+    data = _cifar10_dataset("cifar10", payload, origin)
+    return apply_static_augment(
+        data, static_augment, static_augment_seed, augment_test=augment_test
+    )
+
+
+@register_dataset("cifar10_sample")
+def load_cifar10_sample(
+    request: LoadRequest,
+    *,
+    static_augment: str = "none",
+    static_augment_seed: int = 1,
+    augment_test: bool = False,
+) -> Dataset:
+    """The CIFAR-10 sample: the first 4,000 training and 1,000 test images of CIFAR-10 in the
+    official order, from `<root>/cifar10_sample/{train,test}.npz`. Same classes, model,
+    normalisation and augmentation options as `cifar10`; its results are not CIFAR-10's."""
+    relative = [f"{SAMPLE_DIR}/train.npz", f"{SAMPLE_DIR}/test.npz"]
+    base = find_files(request.root, relative)
+    if base is None:
+        raise missing_data_error(
+            "cifar10_sample",
+            request.root,
+            relative,
+            "it is an npz pair train.npz, test.npz with x (N×32×32×3 uint8) and y",
+        )
+    payload, origin = _cifar10_npz("cifar10_sample", base / SAMPLE_DIR, request)
+    data = _cifar10_dataset("cifar10_sample", payload, origin)
     return apply_static_augment(
         data, static_augment, static_augment_seed, augment_test=augment_test
     )

@@ -31,6 +31,9 @@ class Callback:
         """After round `sim.rounds_completed`; return True to stop the run here."""
         return None
 
+    def on_stage(self, sim: "Simulation", text: str) -> None:
+        """The round's current stage changed (a phase, clients done, a server step)."""
+
     def on_end(self, sim: "Simulation") -> None:
         """After the last round, a stop, or an error (`sim.status`)."""
 
@@ -69,15 +72,21 @@ class Checkpoints(Callback):
 
 
 class ProgressBar(Callback):
-    """The tqdm bar (only when stderr is a terminal and `progress=true`)."""
+    """With `progress=true`: the tqdm bar on a terminal, else one line per round on stdout
+    (`fedshare.engine.progress`)."""
 
     def on_begin(self, sim: "Simulation") -> None:
         name = sim.meta.get("strategy", type(sim.strategy).__name__)
         cfg = sim.config
         self.bar = Progress(cfg.rounds, sim.rounds_completed, cfg.progress, name)
 
+    def on_stage(self, sim: "Simulation", text: str) -> None:
+        if hasattr(self, "bar"):
+            self.bar.stage(text)
+
     def on_round_end(self, sim: "Simulation", record: Record) -> None:
-        self.bar.update(record["accuracy"] if record else None, sim.elapsed())
+        traffic = sim.traffic
+        self.bar.update(sim.rounds_completed, record, traffic.bytes_up + traffic.bytes_down)
 
     def on_end(self, sim: "Simulation") -> None:
         if hasattr(self, "bar"):

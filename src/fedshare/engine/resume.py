@@ -9,6 +9,7 @@ from fedshare.errors import FedshareError
 CHANGEABLE_ON_RESUME = (
     "rounds",
     "progress",
+    "logger",
     "resume",
     "overwrite",
     "run_dir",
@@ -24,7 +25,7 @@ CHANGEABLE_ON_RESUME = (
 is shown, and the device or compilation (results then follow that arithmetic). Everything else
 is part of what the run computes."""
 
-ADDED_LATER = {"train.amp": False}
+ADDED_LATER = {"train.amp": False, "logger": None}
 """Keys newer than some checkpoints, with the value every run before them had: a checkpoint
 that lacks one matches a config that has that value."""
 

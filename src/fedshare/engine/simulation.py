@@ -52,6 +52,7 @@ from fedshare.models.base import prepare_for_device
 from fedshare.params import params_of
 from fedshare.privacy.context import check_run_attack, run_attack_summary
 from fedshare.results.atomic import clean_temporaries, png_complete
+from fedshare.results.model_file import MODEL_FILE, save_model
 from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
@@ -196,6 +197,10 @@ class Simulation:
         self.status = "running"
         self.context_summary: dict[str, Any] = {}
         self._said_serial: set[str] = set()
+        self._active_callbacks: list[Callback] = []
+        self._clients_done = self._phase_clients = 0
+        self.model_spec: tuple[str, dict[str, Any]] = (type(model).__name__, {})
+        """(registry name, options) of the model, for `model.pt` (`fedshare.load_model`)."""
 
     # ------------------------------------------------------------------ one round
     def _client_updates(
@@ -274,7 +279,14 @@ class Simulation:
         self.client_states.checkin(client.id, client.state)
         self.traffic.sent_up(update.weights, update.payload)
         stats.add(update.metrics)
+        self._clients_done += 1
+        self.stage(f"{client.phase}: {self._clients_done}/{self._phase_clients} clients")
         return update
+
+    def stage(self, text: str) -> None:
+        """Tell the callbacks the round's current stage (the progress line shows it)."""
+        for callback in self._active_callbacks:
+            callback.on_stage(self, text)
 
     def run_round(self, round_idx: int) -> dict[str, Any]:
         cohort = self.sampler.cohort(round_idx)
@@ -289,6 +301,8 @@ class Simulation:
             self.traffic.sent_down(message.weights, message.payload, len(members))
             if phase.keep:
                 self.kept.keep(phase.name, message, members)
+            self._clients_done, self._phase_clients = 0, len(members)
+            self.stage(f"{phase.name}: 0/{len(members)} clients")
             updates = self._client_updates(
                 phase, message, members, round_idx, stats, measure and i == 0
             )
@@ -346,7 +360,9 @@ class Simulation:
         return None
 
     def _setup(self, state: dict[str, Any] | None) -> None:
-        self.strategy.setup(SetupContext(self.model, self.data, self.config, self.device))
+        self.strategy.setup(
+            SetupContext(self.model, self.data, self.config, self.device, self.stage)
+        )
         dataset = self.data.dataset
         if self.config.eval.context_attack:
             check_run_attack(
@@ -369,12 +385,9 @@ class Simulation:
         )
         if self.dir is not None:
             self.dir.write_config(self.record)
-            picture = self.dir.path / "partition.png"
             fingerprint = self.data.partition.fingerprint
             if state is None or not self.dir.partition_written(fingerprint):
                 self.dir.write_partition(self.data.partition.summary())
-            if state is None or not png_complete(picture):  # a resume redraws a cut-off one
-                plot_partition(self.data.partition, picture)
         if state is None:
             if self.dir is not None:
                 self.dir.rewrite_metrics([])
@@ -517,10 +530,19 @@ class Simulation:
         )
 
     def _write_results(self) -> None:
-        """summary.json and curves.png, also for a run that stopped early or failed."""
+        """summary.json, curves.png and model.pt, also for a run that stopped early or failed."""
         if self.dir is None:
             return
         self.dir.write_summary(self.summary(self.elapsed()))
+        picture = self.dir.path / "partition.png"
+        # drawn here, not before round 1 (matplotlib takes ~1 s to import); a resume redraws a
+        # cut-off one
+        if not png_complete(picture):
+            plot_partition(self.data.partition, picture)
+        if self.rounds_completed > 0:
+            name, params = self.model_spec
+            model = self.strategy.global_model()
+            save_model(self.dir.path / MODEL_FILE, model, name, params, self.data)
         meta = self.meta
         title = f"{meta.get('strategy')} on {meta.get('data')}/{meta.get('partition')}"
         plot_learning_curve(
@@ -575,6 +597,7 @@ class Simulation:
         saver = Checkpoints(cfg.checkpoint.every)
         callbacks = [MetricsLog(), saver, ProgressBar()]
         callbacks += [as_callback(c) for c in self.callbacks]
+        self._active_callbacks = callbacks
         try:
             for callback in callbacks:
                 callback.on_begin(self)

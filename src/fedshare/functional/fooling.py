@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.optimize import Bounds, minimize
 from torch import nn
 
 from fedshare.errors import FedshareError
@@ -98,6 +97,8 @@ def _scipy_lbfgsb(
         loss = summed_loss(x)
         (grad,) = torch.autograd.grad(loss, x)
         return loss.item(), grad.detach().double().flatten().cpu().numpy()
+
+    from scipy.optimize import Bounds, minimize  # here: scipy.optimize costs ~1 s to import
 
     bounds = None
     if box is not None:

@@ -153,7 +153,7 @@ def prepare_for_device(
 
 
 ModelFactory = Callable[..., BlockModel]
-MODELS: Registry[ModelFactory] = Registry("model")
+MODELS: Registry[ModelFactory] = Registry("model", builtins="fedshare.models")
 
 
 def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:

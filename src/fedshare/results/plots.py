@@ -82,7 +82,11 @@ def plot_learning_curve(
 ) -> None:
     """Save one run's curves to `path` (PNG): test accuracy (%) per round with the cumulative
     traffic (up+down, and shared when nonzero, in MB) on a second axis, and the test loss per
-    round below. `history` is the run's `metrics.jsonl` records."""
+    round below. `history` is the run's `metrics.jsonl` records. A run with one evaluated
+    round (a one-shot method) has no curve: its picture states the round's numbers."""
+    if len(history) == 1:
+        _plot_single_round(history[0], path, title)
+        return
     fig, (ax_acc, ax_loss) = _new_figure(2, (7.0, 5.5))
     rounds, acc = _series(history, "accuracy")
     if acc:
@@ -164,4 +168,29 @@ def plot_comparison(
     _integer_rounds(ax)
     if title:
         ax.set_title(title, fontsize=9)
+    _save(fig, path)
+
+
+def single_round_lines(record: Mapping[str, Any]) -> list[str]:
+    """The numbers of a run's only evaluated round, one per line."""
+    lines = [f"round {record.get('round', 1)} (the only evaluated round)"]
+    if _number(record.get("accuracy")) is not None:
+        lines.append(f"test accuracy {record['accuracy']:.2f} %")
+    if _number(record.get("loss")) is not None:
+        lines.append(f"test loss {record['loss']:.4f}")
+    up, down = _number(record.get("bytes_up")), _number(record.get("bytes_down"))
+    if up is not None or down is not None:
+        lines.append(f"sent {((up or 0.0) + (down or 0.0)) / 1e6:.2f} MB up+down")
+    if _number(record.get("bytes_shared")):
+        lines.append(f"of which shared (not weights) {record['bytes_shared'] / 1e6:.2f} MB")
+    return lines
+
+
+def _plot_single_round(record: Mapping[str, Any], path: Path, title: str | None) -> None:
+    fig, (ax,) = _new_figure(1, (5.0, 2.2))
+    ax.axis("off")
+    text = "\n".join(single_round_lines(record))
+    ax.text(0.02, 0.95, text, va="top", ha="left", family="monospace", transform=ax.transAxes)
+    if title:
+        fig.suptitle(title, fontsize=9)
     _save(fig, path)

@@ -23,6 +23,7 @@ RUN_FILES = (
     "partition.png",
     "curves.png",
     "checkpoint.pt",
+    "model.pt",
 )
 """Every file a run writes (the run-directory contract), and what `overwrite` deletes (with the
 engine's `client_states/` segments, `fedshare.engine.state_log`)."""

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 STATS = (
+    ("rounds_completed", "rounds"),
     ("final_accuracy", "final %"),
     ("best_accuracy", "best %"),
     ("last10_mean_accuracy", "last-10 %"),
@@ -14,6 +15,18 @@ STATS = (
     ("wall_time_s", "time s"),
 )
 """(summary statistic, Markdown header) of every row, in table order."""
+LAST_WINDOW = 10
+"""`last10_mean_accuracy` averages the last 10 evaluated rounds, or all of a shorter run's."""
+
+
+def stat_header(stat: str, header: str, evaluated: Iterable[int]) -> str:
+    """The Markdown header of `stat` for runs with `evaluated` rounds in their history: the
+    last-10 mean of runs that all have fewer than 10 is a last-k mean (k: their largest
+    count), and its header says so."""
+    counts = list(evaluated)
+    if stat == "last10_mean_accuracy" and counts and max(counts) < LAST_WINDOW:
+        return f"last-{max(counts)} %"
+    return header
 
 
 def finite(value: Any) -> float | None:

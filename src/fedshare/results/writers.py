@@ -8,10 +8,15 @@ from typing import Any
 
 from fedshare.results.atomic import atomic_write
 from fedshare.results.grouping import ABSENT, MISSING, show
-from fedshare.results.stats import STATS
+from fedshare.results.stats import STATS, stat_header
 from fedshare.results.table import Report, short_labels
 
-_FORMATS = {"bytes_up_down": (1e6, 2), "bytes_shared": (1e6, 2), "wall_time_s": (1.0, 1)}
+_FORMATS = {
+    "rounds_completed": (1.0, 0),
+    "bytes_up_down": (1e6, 2),
+    "bytes_shared": (1e6, 2),
+    "wall_time_s": (1.0, 1),
+}
 """(divisor, digits) of the statistics not shown as 2-digit percentages."""
 _PAPER_CSV = (
     "paper_table",
@@ -27,15 +32,20 @@ _PAPER_CSV = (
 
 # ---------------------------------------------------------------------------- Markdown
 def _fmt(mean: float | None, std: float | None, scale: float = 1.0, digits: int = 2) -> str:
+    """`mean ± std`; a std of 0 at 0 digits (every run the same count) is left out."""
     if mean is None:
         return MISSING
     text = f"{mean / scale:.{digits}f}"
-    return text if std is None else f"{text} ± {std / scale:.{digits}f}"
+    if std is None or (digits == 0 and std == 0):
+        return text
+    return f"{text} ± {std / scale:.{digits}f}"
 
 
 def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """(headers, cells) of the Markdown table."""
-    headers = ["method", *report.setting_keys, "seeds", *(h for _, h in STATS)]
+    evaluated = [len(run["history"]) for row in report.rows for run in row.group.runs]
+    stat_headers = (stat_header(stat, h, evaluated) for stat, h in STATS)
+    headers = ["method", *report.setting_keys, "seeds", *stat_headers]
     if report.paper is not None:
         headers += [f"paper {report.paper.metric}", "Δ"]
     cells = []

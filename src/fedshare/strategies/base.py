@@ -64,6 +64,8 @@ class SetupContext:
     data: FederatedData
     config: SimulationConfig
     device: torch.device
+    on_stage: Callable[[str], None] | None = None
+    """Where `Strategy.server_stage` reports (the engine's progress line); None = nowhere."""
 
 
 @dataclass
@@ -92,6 +94,14 @@ class Strategy:
         self.device = ctx.device
         self.flat = FlatState(ctx.model)
         self.round_metrics: dict[str, Any] = {}
+        self.stage_listener = ctx.on_stage
+
+    def server_stage(self, name: str) -> None:
+        """Say which server step starts now (e.g. FedAA's "synthesis"): the progress bar and
+        the log lines show it, so a long server step is never silent."""
+        listener = getattr(self, "stage_listener", None)
+        if listener is not None:
+            listener(f"server: {name}")
 
     def client_setup(self, ctx: ClientSetup) -> None:
         """The client side, before round 0, from what every client knows; client steps run
@@ -196,7 +206,7 @@ class Strategy:
 
 
 S = TypeVar("S", bound=type[Strategy])
-STRATEGIES: Registry[type[Strategy]] = Registry("strategy")
+STRATEGIES: Registry[type[Strategy]] = Registry("strategy", builtins="fedshare.strategies")
 
 
 def register_strategy(name: str) -> Callable[[S], S]:

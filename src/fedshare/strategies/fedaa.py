@@ -227,10 +227,13 @@ class FedAA(FedAvg):
         metrics: dict[str, float] = {}
         examples: list[tuple[torch.Tensor, torch.Tensor]] = []
         if self.finetune or self.identifier:
+            self.server_stage("synthesis")
             examples, fooled = self._synthesise(uploads, round_idx)
             metrics.update(fooled)
         times["time_synthesis_s"] = self._clock() - start - sum(times.values())
         mean = RunningMean()
+        if self.finetune:
+            self.server_stage("fine-tuning")
         for i, (weights, size) in enumerate(zip(uploads.weights, uploads.sizes, strict=True)):
             if self.finetune:
                 weights = self._finetuned(weights, examples, i, uploads.clients[i], round_idx)
@@ -239,6 +242,7 @@ class FedAA(FedAvg):
         times["time_finetune_s"] = self._clock() - start - sum(times.values())
         self.identifiers = {}
         if self.identifier:
+            self.server_stage("identifiers")
             metrics.update(self._train_identifiers(uploads.clients, examples, round_idx))
         times["time_identifier_s"] = self._clock() - start - sum(times.values())
         self.round_metrics = {**metrics, **times}

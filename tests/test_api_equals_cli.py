@@ -1,0 +1,86 @@
+"""`fedshare.simulate` resolves what `python -m fedshare.run` resolves (one code path,
+`fedshare.assemble`): the same settings give the same summary.json, the layered defaults
+(strategy > dataset > global) included."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+import fedshare
+from fedshare.data import federate, load_dataset
+from fedshare.defaults import resolve_train
+from fedshare.run import config_dir
+from fedshare.strategies.base import STRATEGIES
+
+CONFIGS = config_dir()
+
+DIR03 = OmegaConf.to_container(OmegaConf.load(CONFIGS / "partition" / "dir0.3.yaml"))
+XORMIX = {"name": "xormix", "target_labels": [1], "n": 2, "m": 30}
+SETTINGS = {
+    # strategy: (command-line overrides, load_dataset config, partition, clients, model)
+    "fedavg": ([], {"name": "digits"}, DIR03, 4, "auto"),
+    "flea": ([], {"name": "digits"}, DIR03, 4, "auto"),
+    "rebafl": ([], {"name": "digits"}, DIR03, 4, "auto"),
+    "fedpft": (
+        ["data.features=random_relu", "model=linear"],
+        {"name": "digits", "features": "random_relu"},
+        DIR03,
+        4,
+        "linear",
+    ),
+    "xormixfl": (
+        ["partition=xormix", "partition.target_labels=[1]", "partition.n=2", "partition.m=30"],
+        {"name": "digits"},
+        XORMIX,
+        4,
+        "auto",
+    ),
+}
+MACHINE = ("wall_time_s", "peak_rss_mb", "peak_gpu_mb", "device", "partition")
+"""Measurements of the machine, not results; and the partition's name, which the command line
+takes from the config's file name (`dir0.3`), the API from the partitioner (`dirichlet`)."""
+
+
+def results(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k not in MACHINE}
+
+
+def cli_summary(strategy: str, extra: list[str], rounds: int | None, out: Path) -> dict:
+    args = [f"strategy={strategy}", "data=digits", "partition=dir0.3", "clients.num=4", *extra]
+    if rounds is not None:
+        args.append(f"rounds={rounds}")
+    command = [sys.executable, "-m", "fedshare.run", *args, "progress=false", f"run_dir={out}"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("strategy", sorted(SETTINGS))
+def test_simulate_gives_the_command_lines_summary(strategy, tmp_path):
+    extra, data_cfg, partition, clients, model = SETTINGS[strategy]
+    one_shot = STRATEGIES.get(strategy).one_shot
+    rounds = None if one_shot else 2
+    cli = cli_summary(strategy, extra, rounds, tmp_path / "cli")
+    fed = federate(load_dataset(data_cfg), partition, clients, seed=0)
+    api = fedshare.simulate(strategy, fed, model, rounds, run_dir=tmp_path / "api").summary
+    assert results(api) == results(cli)
+    written = json.loads((tmp_path / "api" / "summary.json").read_text())
+    assert results(written) == results(cli)
+
+
+def test_simulate_fills_unset_training_keys_from_the_layered_defaults():
+    """A partial `train` keeps the strategy's and the dataset's defaults for the other keys, as
+    the command line does (FLea's optimizer, digits' learning rate); a set key wins."""
+    fed = federate(load_dataset({"name": "digits"}), "iid", 3, seed=0)
+    seen = []
+    fedshare.simulate(
+        "flea", fed, rounds=1, train={"batch_size": 16}, callbacks=[lambda s, n, r: seen.append(s)]
+    )
+    flea = STRATEGIES.get("flea")
+    assert seen[0].config.train == resolve_train({"batch_size": 16}, flea, "digits")
+    assert seen[0].config.train.batch_size == 16
+    assert seen[0].config.train.optimizer == flea.train_defaults["optimizer"] != "sgd"
