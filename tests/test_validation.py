@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from fedshare.assemble import assemble
-from fedshare.config import DataOptions, RunConfig, SimulationConfig, TrainConfig
+from fedshare.config import DataOptions, RunConfig, SimulationConfig
 from fedshare.data import federate, load_dataset
 from fedshare.errors import FedshareError
 from fedshare.preflight import check_command_line
