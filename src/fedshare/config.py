@@ -155,4 +155,8 @@ class RunConfig(SimulationConfig):
     resume: bool = False
     overwrite: bool = False
     """Replace a run already in `run_dir` (its files are deleted first)."""
+    workers: int = 1
+    """Processes that share each round's clients (`fedshare.engine.distributed`): K > 1 starts
+    K processes on this machine through torch's launcher; under torchrun it must be 1 (the
+    default) or torchrun's process count."""
     server_data: ServerDataConfig = field(default_factory=ServerDataConfig)

@@ -5,6 +5,7 @@ runs the simulation and writes the run directory (DESIGN.md's contract).
 """
 
 import contextlib
+import os
 import secrets
 import signal
 import sys
@@ -17,11 +18,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from fedshare.config import RunConfig
-from fedshare.errors import FedshareError
+from fedshare.errors import FedshareError, RankFailure
 from fedshare.overrides import check_overrides
 from fedshare.results.rundir import LOCK_FILE
 
 if TYPE_CHECKING:
+    from fedshare.engine.distributed import RankGroup
     from fedshare.engine.simulation import Simulation
 
 USER_ERROR = 2
@@ -56,15 +58,22 @@ def group_params(node: Any) -> tuple[str, dict[str, Any]]:
     return str(name), values
 
 
-def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> "Simulation":
+def build_simulation(
+    cfg: DictConfig,
+    output_dir: Path,
+    choices: dict[str, str],
+    group: "RankGroup | None" = None,
+) -> "Simulation":
     """Every object of the run, checked, with nothing written yet: the strategy (its
-    parameters), the data, the partition, the model, and the layered defaults."""
+    parameters), the data, the partition, the model, and the layered defaults (`group`: this
+    process's place in a run across several)."""
     from dataclasses import asdict
 
     from fedshare.api import init_model
     from fedshare.config import SimulationConfig
     from fedshare.data import federate, load_dataset
     from fedshare.defaults import resolve_rounds, resolve_train
+    from fedshare.engine.distributed import local_device
     from fedshare.engine.simulation import Simulation
     from fedshare.strategies import make_strategy
 
@@ -92,7 +101,7 @@ def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str])
     config = SimulationConfig(
         rounds=rounds,
         seed=run.seed,
-        device=run.device,
+        device=run.device if group is None else local_device(run.device, group.local_rank),
         progress=run.progress,
         clients=run.clients,
         train=train,
@@ -109,13 +118,41 @@ def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str])
         "model": model_name,
     }
     return Simulation(
-        strategy, fed, model, config, output_dir, meta, record=record, overwrite=run.overwrite
+        strategy,
+        fed,
+        model,
+        config,
+        output_dir,
+        meta,
+        record=record,
+        overwrite=run.overwrite,
+        group=group,
     )
 
 
 def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[str, Any]:
-    """Build and run a composed config into `output_dir`; return the summary."""
-    return build_simulation(cfg, output_dir, choices).run(resume=bool(cfg.resume)).summary
+    """Build and run a composed config into `output_dir`; return the summary. Under torchrun
+    (or `workers=K`) every process joins the run's group and writes into rank 0's folder."""
+    from fedshare.engine.distributed import RankGroup, launched, local_device
+
+    if not launched():
+        if cfg.workers < 1:
+            raise FedshareError(f"workers={cfg.workers} must be at least 1")
+        return build_simulation(cfg, output_dir, choices).run(resume=bool(cfg.resume)).summary
+    group = RankGroup.join(local_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0"))))
+    try:
+        if cfg.workers not in (1, group.world):
+            raise FedshareError(
+                f"workers={cfg.workers} but torchrun started {group.world} processes; leave "
+                f"workers out under torchrun"
+            )
+        shared_dir = Path(group.from_writer(lambda: str(output_dir)))
+        if shared_dir != output_dir:  # this rank's own folder name: Hydra made it, unused
+            discard_if_unused(output_dir)
+        sim = build_simulation(cfg, shared_dir, choices, group)
+        return sim.run(resume=bool(cfg.resume)).summary
+    finally:
+        group.close()
 
 
 def discard_if_unused(folder: Path) -> None:
@@ -149,6 +186,14 @@ def _main(cfg: DictConfig) -> float | None:
     except FedshareError as err:
         discard_if_unused(output_dir)
         fail(str(err))
+    except RankFailure as err:
+        discard_if_unused(output_dir)
+        print(
+            f"fedshare: error: {err}; what was written stays in {output_dir}: continue with "
+            f"run_dir={output_dir} resume=true",
+            file=sys.stderr,
+        )
+        sys.exit(1)
     except KeyboardInterrupt as stop:
         discard_if_unused(output_dir)
         print(
@@ -157,6 +202,8 @@ def _main(cfg: DictConfig) -> float | None:
             file=sys.stderr,
         )
         sys.exit(INTERRUPTED)
+    if os.environ.get("RANK", "0") != "0":
+        return summary["best_accuracy"]
     print(
         f"{summary['strategy']} on {summary['data']}/{summary['partition']}: "
         f"final {summary['final_accuracy']:.2f}%  best {summary['best_accuracy']:.2f}%  "
@@ -180,8 +227,24 @@ def main() -> None:
         check_overrides(sys.argv[1:], config_dir())
     except FedshareError as err:
         fail(str(err))
+    workers = requested_workers(sys.argv[1:])
+    if workers > 1 and "WORLD_SIZE" not in os.environ:  # not yet started by torch's launcher
+        from fedshare.engine.distributed import launch
+
+        if {"-m", "--multirun"} & set(sys.argv[1:]):
+            fail(
+                f"workers={workers} runs one simulation across processes; it does not combine "
+                f"with --multirun (sweep with hydra/launcher=joblib or submitit instead)"
+            )
+        sys.exit(launch(sys.argv[1:], workers))
     interrupt_on_sigterm()
     _main()
+
+
+def requested_workers(argv: list[str]) -> int:
+    """The `workers=K` of the command line (1 when absent; checked by `check_overrides`)."""
+    values = [arg.split("=", 1)[1] for arg in argv if arg.startswith("workers=")]
+    return int(values[-1]) if values else 1
 
 
 if __name__ == "__main__":

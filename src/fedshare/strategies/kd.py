@@ -60,6 +60,8 @@ class MeanTeacher(nn.Module):
 class KnowledgeDistillation(Strategy):
     """Sources send their heads once; the destination distils them into its own head."""
 
+    clients_in_order = True
+
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
