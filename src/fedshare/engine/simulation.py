@@ -184,7 +184,6 @@ class Simulation:
         self.group = group
         writes = group is None or group.is_writer
         self.dir = RunDirectory(run_dir) if run_dir is not None and writes else None
-        self._shares_dir = run_dir is not None and not writes
         self.state_log = ClientStateLog(self.dir.path) if self.dir is not None else None
         self.record = dict(record) if record is not None else self._default_record()
         self.overwrite = overwrite
