@@ -136,8 +136,12 @@ def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[
     from fedshare.engine.distributed import RankGroup, launched, local_device
 
     if not launched():
-        if cfg.workers < 1:
-            raise FedshareError(f"workers={cfg.workers} must be at least 1")
+        if cfg.workers != 1:
+            raise FedshareError(
+                f"workers={cfg.workers}: several processes start from the command line "
+                f"(python -m fedshare.run workers=K ..., or torchrun), not inside a sweep's "
+                f"member; valid here: workers=1"
+            )
         return build_simulation(cfg, output_dir, choices).run(resume=bool(cfg.resume)).summary
     group = RankGroup.join(local_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0"))))
     try:
