@@ -13,6 +13,8 @@ import multiprocessing
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -235,3 +237,47 @@ def test_every_strategy_runs_under_two_processes(name):
     ranks = run_ranks(lambda group: quick_simulation(name, data, group=group))
     assert "error" not in ranks[0], ranks[0].get("error")
     assert_same_run(one, ranks[0], exact=False)
+
+
+def _rank_pid(parent: int, rank: int) -> int | None:
+    """The pid of the `fedshare.run` process with RANK=`rank` under `parent` (Linux /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if ppid == parent and f"RANK={rank}".encode() in env:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+def test_cli_workers_killed_rank_says_which_and_resumes(tmp_path):
+    """`workers=2` from the command line; rank 1 killed once a checkpoint exists: the command
+    ends with one sentence naming the killed rank, and the folder resumes with workers=1."""
+    out = tmp_path / "run"
+    args = ["progress=false", "clients.num=4", "train.local_epochs=1", f"run_dir={out}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "fedshare.run", *args]
+    proc = subprocess.Popen(
+        [*command, "rounds=12", "workers=2"], stderr=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.monotonic() + 300
+    while not (out / "checkpoint.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    victim = _rank_pid(proc.pid, 1)
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    assert "process rank 1 of 2" in stderr and "was killed by SIGKILL" in stderr, stderr
+    done = load_checkpoint(out / "checkpoint.pt")["rounds_completed"]
+    assert 1 <= done < 12
+    resumed = subprocess.run(
+        [*command, "rounds=12", "resume=true"], capture_output=True, text=True, env=env
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "summary.json").read_text())["rounds_completed"] == 12
