@@ -5,7 +5,9 @@ lr 0.05, E = 5, B = 32, one torch thread per process, fixed malloc thresholds), 
 torch's elastic launcher (`torch.distributed.launcher.elastic_launch`, what `workers=K` and
 torchrun use) for K > 1 and as a plain single process for K = 1. Reported per (workload, K):
 median wall seconds per timed round (rank 0's round boundaries; the ranks meet at every
-round's exchange), throughput relative to K = 1, each process's peak RSS, the bytes the
+round's exchange), throughput relative to K = 1, each process's CPU seconds per round (on a
+loaded machine the wall time follows the load; K = 1's CPU time over the busiest rank's is the
+speed-up an idle machine would allow), each process's peak RSS, the bytes the
 processes exchanged per round, and the largest difference of the final weights from K = 1's.
 
     FEDSHARE_DATA=/path/to/datasets python scripts/bench_workers.py --workloads W1 W2 \
@@ -58,9 +60,11 @@ def one_process(workload: str, rounds: int) -> dict[str, Any]:
     bench = peers.load_bench(workload, rounds + 1, peer=False)
     group = RankGroup.join("cpu") if launched() else None
     marks: list[float] = []
+    cpu: list[float] = []
 
     def after_round(sim: Any, completed: int, record: Any) -> bool:
         marks.append(time.perf_counter())
+        cpu.append(time.process_time())
         return completed >= bench.total_rounds
 
     config = SimulationConfig(
@@ -75,11 +79,13 @@ def one_process(workload: str, rounds: int) -> dict[str, Any]:
     model = init_model("cnn_small", bench.fed, seed=0)
     sim = Simulation(FedAvg(), bench.fed, model, config, callbacks=[after_round], group=group)
     marks.append(time.perf_counter())
+    cpu.append(time.process_time())
     sim.run()
     weights = sim.strategy.flat.flatten(sim.strategy.model).double()
     result = {
         "round_wall_s": [b - a for a, b in itertools.pairwise(marks)][1:],
         "warmup_wall_s": marks[1] - marks[0],
+        "round_cpu_s": [b - a for a, b in itertools.pairwise(cpu)][1:],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "weights": weights.tolist() if group is None or group.rank == 0 else None,
         "weights_sha": hashlib.sha256(weights.numpy().tobytes()).hexdigest()[:16],
@@ -114,6 +120,7 @@ def measure(workload: str, workers: int, rounds: int) -> dict[str, Any]:
         "workload": workload,
         "workers": workers,
         "round_wall_s": first["round_wall_s"],
+        "round_cpu_s_per_process": [ranks[r]["round_cpu_s"] for r in sorted(ranks)],
         "warmup_wall_s": first["warmup_wall_s"],
         "peak_rss_mb_per_process": [ranks[r]["peak_rss_mb"] for r in sorted(ranks)],
         "interprocess_bytes_per_round": total_sent / (rounds + 1),
@@ -135,9 +142,10 @@ def table(workload: str, runs: list[dict[str, Any]]) -> str:
     lines = [
         f"### {workload}",
         "",
-        "| processes | s/round (median) | rounds timed | throughput vs K=1 | peak RSS MB per "
-        "process | exchanged MB/round | max abs weight diff vs K=1 |",
-        "|---|---|---|---|---|---|---|",
+        "| processes | s/round (median) | rounds timed | throughput vs K=1 | CPU s/round per "
+        "process (median) | peak RSS MB per process | exchanged MB/round | max abs weight "
+        "diff vs K=1 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for k, group in sorted(by_k.items()):
         walls = [t for r in group for t in r["round_wall_s"]]
@@ -148,7 +156,13 @@ def table(workload: str, runs: list[dict[str, Any]]) -> str:
         if ref is not None:
             diff = f"{(torch.tensor(group[0]['weights']) - ref).abs().max().item():.2e}"
         mb = group[0]["interprocess_bytes_per_round"] / 2**20
-        lines.append(f"| {k} | {median:.2f} | {len(walls)} | {speed} | {rss} | {mb:.1f} | {diff} |")
+        cpus = ", ".join(
+            f"{statistics.median(t for r in group for t in r['round_cpu_s_per_process'][rank]):.2f}"
+            for rank in range(k)
+        )
+        lines.append(
+            f"| {k} | {median:.2f} | {len(walls)} | {speed} | {cpus} | {rss} | {mb:.1f} | {diff} |"
+        )
     return "\n".join(lines)
 
 
