@@ -145,8 +145,9 @@ class RankGroup:
             buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
             dist.all_gather(buffers, mine, group=self.group)
         except (RuntimeError, dist.DistBackendError) as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
             raise RankFailure(
-                f"a process of this run stopped or lost its connection ({err}); rank "
+                f"a process of this run stopped or lost its connection ({reason}); rank "
                 f"{self.rank} stops too"
             ) from None
         self.bytes_sent += len(data) * (self.world - 1)
@@ -155,7 +156,12 @@ class RankGroup:
     def gather(self, obj: Any, device: torch.device | str = "cpu") -> list[Any]:
         """Every rank's `obj`, in rank order, tensors on `device`. A `Failed` from any rank is
         raised on every rank (the lowest rank's first)."""
-        gathered = [from_bytes(data, device) for data in self._exchange(to_bytes(obj))]
+        try:
+            data = to_bytes(obj)
+        except Exception as err:  # an exception that does not pickle still reaches every rank
+            cause = obj.error if isinstance(obj, Failed) else err
+            data = to_bytes(Failed(RuntimeError(f"rank {self.rank}: {cause!r}")))
+        gathered = [from_bytes(item, device) for item in self._exchange(data)]
         for item in gathered:
             if isinstance(item, Failed):
                 raise item.error
