@@ -19,6 +19,7 @@ from fedshare.config import CheckpointConfig, ClientsConfig, SimulationConfig
 from fedshare.data import federate, load_dataset
 from fedshare.data.dataset import Dataset
 from fedshare.defaults import resolve_rounds, resolve_train
+from fedshare.engine.distributed import RankGroup
 from fedshare.engine.simulation import Simulation
 from fedshare.errors import FedshareError
 from fedshare.strategies import STRATEGIES, make_strategy
@@ -167,6 +168,13 @@ def rounds(strategy_name: str, data: Dataset) -> int:
 
 
 def quick_run(strategy_name: str, data: Dataset, seed: int = 0):
+    return quick_simulation(strategy_name, data, seed).run()
+
+
+def quick_simulation(
+    strategy_name: str, data: Dataset, seed: int = 0, group: RankGroup | None = None
+) -> Simulation:
+    """The matrix's run of `strategy_name` on `data` (`group`: one process of several)."""
     strategy = make_strategy(strategy_name, SHORT_BUDGET.get(strategy_name))
     partition = server_partition(data) if strategy_name in NEEDS_SERVER else "iid"
     server_size = len(data.y_train) // 10 if strategy_name in NEEDS_SERVER_DATA else 0
@@ -189,7 +197,7 @@ def quick_run(strategy_name: str, data: Dataset, seed: int = 0):
     model_name = "linear" if on_features else MODEL.get(data.name, data.default_model)
     options = None if on_features else MODEL_OPTIONS.get(data.name)
     model = init_model(model_name, fed, seed, options)
-    return Simulation(strategy, fed, model, config).run()
+    return Simulation(strategy, fed, model, config, group=group)
 
 
 def chance(data: Dataset) -> float:

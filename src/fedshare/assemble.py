@@ -27,6 +27,7 @@ from fedshare.models.base import build_model
 from fedshare.strategies.base import Strategy
 
 if TYPE_CHECKING:
+    from fedshare.engine.distributed import RankGroup
     from fedshare.engine.simulation import RoundCallback, Simulation
 
 
@@ -60,12 +61,14 @@ def assemble(
     record: dict[str, Any] | None = None,
     callbacks: "list[RoundCallback] | None" = None,
     overwrite: bool = False,
+    group: "RankGroup | None" = None,
 ) -> "Simulation":
     """The run's `Simulation`, nothing written yet. `train` holds the training keys the user
     set (a missing or None key is filled by the layered defaults); `rounds=None` likewise.
     `partition` names the partition in the run's metadata (default: the partitioner's name);
     `record` is the config `config.yaml` records (the command line's composed config), to
-    which the resolved model, rounds, training settings and run folder are added."""
+    which the resolved model, rounds, training settings and run folder are added; `group` is
+    this process's place in a run across several (`fedshare.engine.distributed`)."""
     from fedshare.engine.simulation import Simulation
 
     resolved_rounds = resolve_rounds(rounds, strategy)
@@ -96,7 +99,16 @@ def assemble(
         record = {**record, "model": {**record.get("model", {}), "name": model_name}}
         record.update(rounds=resolved_rounds, train=asdict(resolved_train), run_dir=str(run_dir))
     sim = Simulation(
-        strategy, data, model, config, run_dir, meta, callbacks, record=record, overwrite=overwrite
+        strategy,
+        data,
+        model,
+        config,
+        run_dir,
+        meta,
+        callbacks,
+        record=record,
+        overwrite=overwrite,
+        group=group,
     )
     sim.model_spec = (model_name, dict(model_params or {}))
     return sim

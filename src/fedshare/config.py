@@ -187,6 +187,10 @@ class RunConfig(SimulationConfig):
     logger: Any = ruled(None, ANY)
     """Experiment trackers (`fedshare.engine.loggers`): tensorboard | wandb | mlflow, or a
     list of them, e.g. [tensorboard,mlflow]; null = none."""
+    workers: int = ruled(1, Rule(low=1))
+    """Processes that share each round's clients (`fedshare.engine.distributed`): K > 1 starts
+    K processes on this machine through torch's launcher; under torchrun it must be 1 (the
+    default) or torchrun's process count."""
     server_data: ServerDataConfig = field(default_factory=ServerDataConfig)
 
 

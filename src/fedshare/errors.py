@@ -18,6 +18,11 @@ def did_you_mean(value: object, valid: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+class RankFailure(RuntimeError):
+    """Another process of a run across several stopped (died, was killed or lost its
+    connection), so this one stops too (`fedshare.engine.distributed`)."""
+
+
 def choices_message(kind: str, value: object, valid: list[str]) -> str:
     """The standard sentence for an unknown choice, listing the valid ones."""
     return (

@@ -5,6 +5,7 @@ runs the simulation and writes the run directory (DESIGN.md's contract).
 """
 
 import contextlib
+import os
 import secrets
 import signal
 import sys
@@ -19,13 +20,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from fedshare.config import RunConfig
-from fedshare.errors import FedshareError, error_sentence
+from fedshare.errors import FedshareError, RankFailure, error_sentence
 from fedshare.overrides import check_overrides
 from fedshare.preflight import check_command_line
 from fedshare.results.rundir import LOCK_FILE, MARKER
 from fedshare.sweep import SOME_MEMBERS_FAILED, SweepOutcome, record_failure
 
 if TYPE_CHECKING:
+    from fedshare.engine.distributed import RankGroup
     from fedshare.engine.simulation import Simulation
 
 USER_ERROR = 2
@@ -71,14 +73,21 @@ def simulation_settings(run: RunConfig) -> dict[str, Any]:
     }
 
 
-def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> "Simulation":
+def build_simulation(
+    cfg: DictConfig,
+    output_dir: Path,
+    choices: dict[str, str],
+    group: "RankGroup | None" = None,
+) -> "Simulation":
     """Every object of the run, checked, with nothing written yet: the strategy (its
     parameters), the data and the partition, then `fedshare.assemble` (the path
-    `fedshare.simulate` takes too) for the model and the layered defaults."""
+    `fedshare.simulate` takes too) for the model and the layered defaults (`group`: this
+    process's place in a run across several)."""
     from dataclasses import asdict
 
     from fedshare.assemble import assemble
     from fedshare.data import federate, load_dataset
+    from fedshare.engine.distributed import local_device
     from fedshare.engine.loggers import make_loggers
     from fedshare.strategies import make_strategy
 
@@ -99,6 +108,9 @@ def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str])
         run.server_data.labelled,
     )
     model_name, model_params = group_params(cfg.model)
+    settings = simulation_settings(run)
+    if group is not None:
+        settings["device"] = local_device(run.device, group.local_rank)
     record: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     return assemble(
         strategy,
@@ -106,19 +118,44 @@ def build_simulation(cfg: DictConfig, output_dir: Path, choices: dict[str, str])
         model_name,
         rounds=run.rounds,
         train=asdict(run.train),
-        **simulation_settings(run),
+        **settings,
         model_params=model_params,
         partition=choices.get("partition"),
         run_dir=output_dir,
         record=record,
         callbacks=list(loggers),
         overwrite=run.overwrite,
+        group=group,
     )
 
 
 def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[str, Any]:
-    """Build and run a composed config into `output_dir`; return the summary."""
-    return build_simulation(cfg, output_dir, choices).run(resume=bool(cfg.resume)).summary
+    """Build and run a composed config into `output_dir`; return the summary. Under torchrun
+    (or `workers=K`) every process joins the run's group and writes into rank 0's folder."""
+    from fedshare.engine.distributed import RankGroup, launched, local_device
+
+    if not launched():
+        if cfg.workers != 1:
+            raise FedshareError(
+                f"workers={cfg.workers}: several processes start from the command line "
+                f"(python -m fedshare.run workers=K ..., or torchrun), not inside a sweep's "
+                f"member; valid here: workers=1"
+            )
+        return build_simulation(cfg, output_dir, choices).run(resume=bool(cfg.resume)).summary
+    group = RankGroup.join(local_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0"))))
+    try:
+        if cfg.workers not in (1, group.world):
+            raise FedshareError(
+                f"workers={cfg.workers} but torchrun started {group.world} processes; leave "
+                f"workers out under torchrun"
+            )
+        shared_dir = Path(group.from_writer(lambda: str(output_dir)))
+        if shared_dir != output_dir:  # this rank's own folder name: Hydra made it, unused
+            discard_if_unused(output_dir)
+        sim = build_simulation(cfg, shared_dir, choices, group)
+        return sim.run(resume=bool(cfg.resume)).summary
+    finally:
+        group.close()
 
 
 def discard_if_unused(folder: Path) -> None:
@@ -170,6 +207,14 @@ def _main(cfg: DictConfig) -> float | None:
         record_failure(output_dir, member_meta(cfg, choices), str(err))
         print(f"fedshare: error: {err} ({output_dir})", file=sys.stderr)
         return None
+    except RankFailure as err:
+        discard_if_unused(output_dir)
+        print(
+            f"fedshare: error: {err}; what was written stays in {output_dir}: continue with "
+            f"run_dir={output_dir} resume=true",
+            file=sys.stderr,
+        )
+        sys.exit(1)
     except KeyboardInterrupt as stop:
         discard_if_unused(output_dir)
         print(
@@ -184,6 +229,8 @@ def _main(cfg: DictConfig) -> float | None:
         record_failure(output_dir, member_meta(cfg, choices), error_sentence(err))
         traceback.print_exc()
         return None
+    if os.environ.get("RANK", "0") != "0":
+        return summary["best_accuracy"]
     source = f" (data: {summary['data_source']})" if summary.get("data_source") else ""
     print(
         f"{summary['strategy']} on {summary['data']}/{summary['partition']}{source}: "
@@ -226,9 +273,25 @@ def main() -> None:
         check_command_line(sys.argv[1:], config_dir())
     except FedshareError as err:
         fail(str(err))
+    workers = requested_workers(sys.argv[1:])
+    if workers > 1 and "WORLD_SIZE" not in os.environ:  # not yet started by torch's launcher
+        from fedshare.engine.distributed import launch
+
+        if {"-m", "--multirun"} & set(sys.argv[1:]):
+            fail(
+                f"workers={workers} runs one simulation across processes; it does not combine "
+                f"with --multirun (sweep with hydra/launcher=joblib or submitit instead)"
+            )
+        sys.exit(launch(sys.argv[1:], workers))
     interrupt_on_sigterm()
     _main()
     report_sweep()
+
+
+def requested_workers(argv: list[str]) -> int:
+    """The `workers=K` of the command line (1 when absent; checked by `check_overrides`)."""
+    values = [arg.split("=", 1)[1] for arg in argv if arg.startswith("workers=")]
+    return int(values[-1]) if values else 1
 
 
 if __name__ == "__main__":

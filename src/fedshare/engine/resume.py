@@ -14,6 +14,7 @@ CHANGEABLE_ON_RESUME = (
     "overwrite",
     "run_dir",
     "device",
+    "workers",
     "checkpoint.every",
     "train.compile",
     "eval.batch_size",
@@ -22,7 +23,8 @@ CHANGEABLE_ON_RESUME = (
     "data.cache",
 )
 """Keys a resumed run may set differently: run length, where files and data are, how the run
-is shown, and the device or compilation (results then follow that arithmetic). Everything else
+is shown, the device or compilation (results then follow that arithmetic), and how many
+processes share the clients. Everything else
 is part of what the run computes."""
 
 ADDED_LATER = {"train.amp": False, "logger": None}

@@ -37,6 +37,14 @@ from fedshare.engine.checkpoint import (
 from fedshare.engine.client import Client
 from fedshare.engine.client_side import ClientSetup, client_side, on_client_side
 from fedshare.engine.client_state import ClientStates
+from fedshare.engine.distributed import (
+    Failed,
+    RankGroup,
+    assign,
+    detached,
+    restore_rng,
+    rng_snapshot,
+)
 from fedshare.engine.evaluation import evaluate
 from fedshare.engine.kept_messages import Inboxes, KeptMessages
 from fedshare.engine.memory import peak_memory
@@ -57,6 +65,9 @@ from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
 from fedshare.validation import check_simulation_config
+
+Delivery = tuple[Message | None, list[Message]]
+"""A client's personal message (or None) and its inbox, taken out for one step."""
 
 RoundCallback = Callback | RoundFunction
 """A `Callback`, or a plain function `(sim, rounds_completed, record) -> stop?` run after
@@ -146,10 +157,13 @@ class Simulation:
         callbacks: list[RoundCallback] | None = None,
         record: Mapping[str, Any] | None = None,
         overwrite: bool = False,
+        group: RankGroup | None = None,
     ) -> None:
         """`record` is the resolved config that `config.yaml` records and a resume must match
         (default: the simulation settings, `meta` and the strategy's parameters); with
-        `overwrite`, a previous run's files in `run_dir` are deleted instead of refused."""
+        `overwrite`, a previous run's files in `run_dir` are deleted instead of refused.
+        `group`: this process's place in a run across several processes
+        (`fedshare.engine.distributed`); only its rank 0 writes `run_dir`."""
         check_simulation_config(config)  # every key's type and range (fedshare.validation)
         resolve_rounds(config.rounds, strategy)  # a one-shot strategy refuses rounds != 1
         if len(data.dataset.y_test) == 0:
@@ -169,7 +183,9 @@ class Simulation:
         self.strategy = strategy
         self.meta = dict(meta or {})
         self.callbacks = list(callbacks or [])
-        self.dir = RunDirectory(run_dir) if run_dir is not None else None
+        self.group = group
+        writes = group is None or group.is_writer
+        self.dir = RunDirectory(run_dir) if run_dir is not None and writes else None
         self.state_log = ClientStateLog(self.dir.path) if self.dir is not None else None
         self.record = dict(record) if record is not None else self._default_record()
         self.overwrite = overwrite
@@ -212,21 +228,38 @@ class Simulation:
         stats: _RoundStats,
         measure_local: bool = False,
     ) -> Iterator[Update]:
+        """The cohort's updates, each routed and counted as it arrives (one process)."""
+        steps = self._steps(phase, message, cohort, round_idx, measure_local)
+        for client, update, measured in steps:
+            stats.add(measured)
+            yield self._received(client.id, client.state, update, stats)
+
+    def _steps(
+        self,
+        phase: Phase,
+        message: Message,
+        cids: list[int],
+        round_idx: int,
+        measure_local: bool,
+        delivered: Mapping[int, Delivery] | None = None,
+    ) -> Iterator[tuple[Client, Update, dict[str, float]]]:
+        """Run the client step of `phase` for `cids` (serially, or batched): each client with
+        its update and, with `measure_local`, its local separability."""
         chunk = self._batch_chunk(phase, measure_local)
         if chunk > 1:
             step = on_client_side(phase.batched_step, self.strategy, self.client_side)
-            for start in range(0, len(cohort), chunk):
-                clients = [self._client(phase, cid, round_idx) for cid in cohort[start:][:chunk]]
+            for start in range(0, len(cids), chunk):
+                clients = [
+                    self._client(phase, cid, round_idx, delivered) for cid in cids[start:][:chunk]
+                ]
                 for client, update in zip(clients, step(clients, message), strict=True):
-                    yield self._received(client, update, stats)
+                    yield client, update, {}
             return
         step = on_client_side(phase.client_step, self.strategy, self.client_side)
-        for cid in cohort:
-            client = self._client(phase, cid, round_idx)
+        for cid in cids:
+            client = self._client(phase, cid, round_idx, delivered)
             update = step(client, message)
-            if measure_local:
-                stats.add(self._local_separability(client))
-            yield self._received(client, update, stats)
+            yield client, update, self._local_separability(client) if measure_local else {}
 
     def _batch_chunk(self, phase: Phase, measure_local: bool) -> int:
         """How many clients of `phase` train together (`train.batched`; 1 = serially)."""
@@ -244,12 +277,28 @@ class Simulation:
             return 1
         return asked
 
-    def _client(self, phase: Phase, cid: int, round_idx: int) -> Client:
-        """Client `cid` for one step of `phase`: its data, state, messages and seeded streams."""
-        seed_global_torch(self.config.seed, f"client/{phase.name}", round_idx, cid)
+    def _deliver(self, phase: Phase, cid: int, round_idx: int) -> Delivery:
+        """What waits for client `cid` in `phase`: its personal message (counted here) and
+        the peer messages in its inbox (taken out)."""
         personal = phase.personal(round_idx, cid) if phase.personal is not None else None
         if personal is not None:
             self.traffic.sent_personal(personal.weights, personal.payload)
+        return personal, self.inboxes.collect(cid)
+
+    def _client(
+        self,
+        phase: Phase,
+        cid: int,
+        round_idx: int,
+        delivered: Mapping[int, Delivery] | None = None,
+    ) -> Client:
+        """Client `cid` for one step of `phase`: its data, state, messages and seeded streams
+        (`delivered`: its personal message and inbox, already taken out for it)."""
+        seed_global_torch(self.config.seed, f"client/{phase.name}", round_idx, cid)
+        if delivered is None:
+            personal, inbox = self._deliver(phase, cid, round_idx)
+        else:
+            personal, inbox = delivered[cid]
         return Client(
             cid,
             round_idx,
@@ -262,21 +311,23 @@ class Simulation:
             state=self.client_states.checkout(cid, self.device),
             personal=personal,
             kept=self.kept.of(cid),
-            inbox=self.inboxes.collect(cid),
+            inbox=inbox,
         )
 
-    def _received(self, client: Client, update: Update, stats: _RoundStats) -> Update:
-        """Count and route what `client` sent (peer messages, its upload), keep its state."""
+    def _received(
+        self, cid: int, state: Mapping[str, torch.Tensor], update: Update, stats: _RoundStats
+    ) -> Update:
+        """Count and route what client `cid` sent (peer messages, its upload), keep its state."""
         for receiver, sent in update.to_peers.items():
             if not 0 <= receiver < self.data.num_clients:
                 raise RuntimeError(
-                    f"client {client.id} sent a peer message to client {receiver}, which does "
+                    f"client {cid} sent a peer message to client {receiver}, which does "
                     f"not exist (clients 0…{self.data.num_clients - 1})"
                 )
             self.traffic.sent_peer(sent.weights, sent.payload)
             self.inboxes.post(receiver, sent)
         update.to_peers = {}
-        self.client_states.checkin(client.id, client.state)
+        self.client_states.checkin(cid, state)
         self.traffic.sent_up(update.weights, update.payload)
         stats.add(update.metrics)
         self._clients_done += 1
@@ -287,6 +338,51 @@ class Simulation:
         """Tell the callbacks the round's current stage (the progress line shows it)."""
         for callback in self._active_callbacks:
             callback.on_stage(self, text)
+
+    def _shared_updates(
+        self,
+        phase: Phase,
+        message: Message,
+        members: list[int],
+        round_idx: int,
+        stats: _RoundStats,
+        measure_local: bool,
+    ) -> Iterator[Update]:
+        """The cohort's updates when several processes share it (`fedshare.engine.distributed`):
+        this rank runs its share, the ranks exchange the results, and every rank routes and
+        counts all of them in cohort order."""
+        group = self.group
+        assert group is not None
+        sizes = [len(self.data.client_indices[cid]) for cid in members]
+        owners = assign(sizes, group.world)
+        delivered = {cid: self._deliver(phase, cid, round_idx) for cid in members}
+        mine = [cid for cid, owner in zip(members, owners, strict=True) if owner == group.rank]
+        try:
+            ran = [
+                (client.id, detached(update), detached(client.state), measured)
+                for client, update, measured in self._steps(
+                    phase, message, mine, round_idx, measure_local, delivered
+                )
+            ]
+            sent: Any = (ran, rng_snapshot(self.device) if mine else None)
+        except Exception as err:  # every rank raises it after the exchange
+            sent = Failed(err)
+        gathered = group.gather(sent, self.device)
+        results = {cid: rest for ran, _ in gathered for cid, *rest in ran}
+        if members:  # the random state the cohort's last client left, as in one process
+            restore_rng(gathered[owners[-1]][1], self.device)
+        later = set(members)
+        for cid in members:
+            later.discard(cid)
+            update, state, measured = results[cid]
+            if later.intersection(update.to_peers):
+                raise RuntimeError(
+                    f"{self.strategy.name}: client {cid} sent a peer message to a later client "
+                    f"of the same {phase.name!r} step, which several processes cannot split; "
+                    f"the strategy must set clients_in_order = True"
+                )
+            stats.add(measured)
+            yield self._received(cid, state, update, stats)
 
     def run_round(self, round_idx: int) -> dict[str, Any]:
         cohort = self.sampler.cohort(round_idx)
@@ -303,9 +399,9 @@ class Simulation:
                 self.kept.keep(phase.name, message, members)
             self._clients_done, self._phase_clients = 0, len(members)
             self.stage(f"{phase.name}: 0/{len(members)} clients")
-            updates = self._client_updates(
-                phase, message, members, round_idx, stats, measure and i == 0
-            )
+            shared = self.group is not None and not phase.in_order
+            client_updates = self._shared_updates if shared else self._client_updates
+            updates = client_updates(phase, message, members, round_idx, stats, measure and i == 0)
             phase.aggregate(updates, round_idx)
             if next(updates, None) is not None:
                 raise RuntimeError(
@@ -392,7 +488,6 @@ class Simulation:
             if self.dir is not None:
                 self.dir.rewrite_metrics([])
             return
-        assert self.dir is not None
         self.strategy.load_state_dict(state["strategy"])
         self.history = list(state["history"])
         self.rounds_completed = self.rounds_recorded = int(state["rounds_completed"])
@@ -400,6 +495,7 @@ class Simulation:
         self.traffic = Traffic(**state["traffic"])
         assert self.state_log is not None
         if "client_state_segments" in state:
+            assert self.state_log is not None
             self.client_states.load_state_dict(self.state_log.load(state["client_state_segments"]))
         else:  # checkpoints before incremental client state held it inline: no segment has it
             self.client_states.load_state_dict(state.get("client_states", {}))
@@ -408,7 +504,8 @@ class Simulation:
         self.inboxes.load_state_dict(state.get("inboxes", {}), self.device)
         self._elapsed_before = float(state["wall_time_s"])
         restore_rng_state(state["rng"])
-        self.dir.rewrite_metrics(self.history)
+        if self.dir is not None:
+            self.dir.rewrite_metrics(self.history)
 
     def save_checkpoint(self) -> None:
         """The state a resumed run continues from, with the config it must match."""
@@ -453,6 +550,7 @@ class Simulation:
                 self.client_states.bytes_held + self.kept.bytes_held + self.inboxes.bytes_held
             ),
             **peak_memory(self.device),
+            **self._processes(),
             **self.strategy.summary_metrics(),
             **self.context_summary,
         )
@@ -462,9 +560,26 @@ class Simulation:
         and check it before anything is written."""
         steady_malloc()
         if self.dir is None:
-            return self._run(self._open_dir(resume))
+            return self._run(self._opened(resume))
         with self.dir.locked():
-            return self._run(self._open_dir(resume))
+            return self._run(self._opened(resume))
+
+    def _opened(self, resume: bool) -> dict[str, Any] | None:
+        """`_open_dir` (rank 0 alone with several processes, whose ranks must agree on the
+        run's config; every rank gets its checkpoint, client states inline)."""
+        if self.group is None:
+            return self._open_dir(resume)
+        self.group.check_same("config", self.record)
+        return self.group.from_writer(lambda: self._states_inline(self._open_dir(resume)))
+
+    def _states_inline(self, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A checkpoint with its client states read from the state log into it."""
+        if state is None or "client_state_segments" not in state:
+            return state
+        assert self.state_log is not None
+        inline = {k: v for k, v in state.items() if k != "client_state_segments"}
+        inline["client_states"] = self.state_log.load(state["client_state_segments"])
+        return inline
 
     def _evaluate(self, info: Mapping[str, Any]) -> dict[str, Any]:
         result = evaluate(
@@ -486,6 +601,28 @@ class Simulation:
             "wall_time_s": round(self.elapsed(), 3),
             **self.traffic.as_dict(),
             **info,
+        }
+
+    def _shared_evaluation(self, info: Mapping[str, Any]) -> dict[str, Any]:
+        """`_evaluate` (on rank 0 alone with several processes, which send the record and the
+        random state the evaluation left to the others)."""
+        if self.group is None:
+            return self._evaluate(info)
+        record, rng = self.group.from_writer(
+            lambda: (self._evaluate(info), rng_snapshot(self.device)), self.device
+        )
+        restore_rng(rng, self.device)
+        return record
+
+    def _gather_process_stats(self) -> None:
+        """Every process's peak memory (`*_per_process`) and the bytes all processes sent
+        each other (`interprocess_bytes`), for `summary.json`."""
+        assert self.group is not None
+        sent = self.group.bytes_sent
+        peaks = self.group.gather(peak_memory(self.device))
+        self.process_summary = {
+            "interprocess_bytes": sum(self.group.gather(sent)),
+            **{f"{key}_per_process": [peak[key] for peak in peaks] for key in peaks[0]},
         }
 
     def _local_separability(self, client: Client) -> dict[str, float]:
@@ -582,6 +719,13 @@ class Simulation:
         """Seconds of run time so far, across resumes."""
         return self._elapsed_before + time.perf_counter() - self._start
 
+    def _processes(self) -> dict[str, Any]:
+        """With several processes: how many, the bytes they exchanged (beside the simulated
+        network's traffic, which does not count them) and each one's peak memory."""
+        if self.group is None:
+            return {}
+        return {"workers": self.group.world, **getattr(self, "process_summary", {})}
+
     def _run(self, state: dict[str, Any] | None) -> RunResult:
         try:
             return self._run_rounds(state)
@@ -595,7 +739,8 @@ class Simulation:
         cfg = self.config
         self._start = time.perf_counter()
         saver = Checkpoints(cfg.checkpoint.every)
-        callbacks = [MetricsLog(), saver, ProgressBar()]
+        callbacks = [MetricsLog(), saver]
+        callbacks += [ProgressBar()] if self.group is None or self.group.is_writer else []
         callbacks += [as_callback(c) for c in self.callbacks]
         self._active_callbacks = callbacks
         try:
@@ -606,20 +751,26 @@ class Simulation:
                 self.rounds_completed = round_idx + 1
                 record = None
                 if self.rounds_completed % cfg.eval.every == 0 or round_idx == cfg.rounds - 1:
-                    record = self._evaluate(info)
+                    record = self._shared_evaluation(info)
                     self.history.append(record)
                 stops = []
                 for callback in callbacks:
                     stops.append(callback.on_round_end(self, record))
                     if callback is saver:  # the round's metrics line and checkpoint are written
                         self.rounds_recorded = self.rounds_completed
-                if any(stops):
+                stop = any(stops)
+                if self.group is not None:  # rank 0's callbacks decide for every rank
+                    stop = self.group.from_writer(lambda stop=stop: stop)
+                if stop:
                     self.status = "stopped"
                     break
             else:
                 self.status = "completed"
                 self._count_final_download()
-                self._context_attack()
+                if self.group is None or self.group.is_writer:
+                    self._context_attack()
+                if self.group is not None:
+                    self._gather_process_stats()
         except NonFiniteLossError as err:
             self._stopped("diverged", err)
             raise

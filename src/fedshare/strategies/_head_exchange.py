@@ -28,6 +28,11 @@ class HeadExchange:
     """Sources send their heads straight to the last client (Table 2's source → destination)
     instead of uploading them to a server."""
 
+    @property
+    def clients_in_order(self) -> bool:  # type: ignore[override]
+        """The last client combines the heads the others sent it in the same round."""
+        return self.to_last_client
+
     def check_topology(self, ctx: SetupContext) -> None:
         """Sending to the last client needs every client in the one round."""
         clients, n = ctx.config.clients, ctx.data.num_clients

@@ -54,6 +54,11 @@ class Phase:
     trains: bool = True
     """The client step trains a model. A phase that does not (a one-shot upload, feature
     statistics) runs serially under `train.batched` without the engine's warning."""
+    in_order: bool = False
+    """A client step reads peer messages that earlier clients of the same phase sent it (a
+    chain, a destination after its sources): in a run across several processes
+    (`fedshare.engine.distributed`) every process runs this phase's whole cohort in order
+    instead of its share."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,9 @@ class Strategy:
     clients_train: ClassVar[bool] = True
     """The train phase's client step trains a model (`Phase.trains`); False where clients
     only upload (data, encodings) and the server trains."""
+    clients_in_order: ClassVar[bool] = False
+    """The train phase's clients read peer messages sent earlier in the same phase
+    (`Phase.in_order`)."""
     train_defaults: ClassVar[Mapping[str, Any]] = {}
     """Training settings of the method's paper (`train.*` keys); they apply to the keys that
     neither the command line nor a preset sets (`fedshare.defaults`)."""
@@ -126,6 +134,7 @@ class Strategy:
             self.aggregate,
             batched_step=self.batched_step(),
             trains=self.clients_train,
+            in_order=self.clients_in_order,
         )
 
     def batched_step(self) -> Callable[[list[Client], Message], list[Update]] | None:

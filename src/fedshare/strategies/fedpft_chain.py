@@ -51,6 +51,8 @@ Mixtures = list[tuple[int, int, GaussianMixture]]
 class FedPFTChain(FedPFT):
     """FedPFT along the chain 0 → 1 → … → I−1 in one round."""
 
+    clients_in_order = True
+
     forward_missing: bool = True
     report_local: bool = False
 

@@ -62,6 +62,8 @@ class MeanTeacher(nn.Module):
 class KnowledgeDistillation(HeadBudget, Strategy):
     """Sources send their heads once; the destination distils them into its own head."""
 
+    clients_in_order = True
+
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 

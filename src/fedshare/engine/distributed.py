@@ -1,0 +1,239 @@
+"""One run across K processes on `torch.distributed` (docs/engine.md, "Several processes").
+
+Every process (rank) holds the whole simulation: the server side, every client's state, the
+kept messages and inboxes. Per phase of a round, every rank computes the same broadcast and
+the same client-to-rank assignment (`assign`: balanced by client size, no coordinator), runs
+the client steps of its own share, and all ranks exchange what those steps produced (the
+upload, the client's state afterwards, its measurements: `RankGroup.gather`). Every rank then
+routes, counts and aggregates the full list in the cohort's order, exactly as one process
+does, so the result does not depend on which rank ran which client. The global random state
+after the phase is the one the cohort's last client left (sent by its rank), as in one
+process. Rank 0 alone evaluates, writes the run folder and checkpoints; it sends each
+evaluated record to the others.
+
+Objects cross between processes as `torch.save` bytes over a gloo group (also on GPUs, where
+the run's default group is nccl): tensors come back on the receiving rank's device.
+"""
+
+import dataclasses
+import io
+import os
+import pickle
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from fedshare.errors import FedshareError, RankFailure
+
+T = TypeVar("T")
+
+ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def assign(sizes: Sequence[int], world: int) -> list[int]:
+    """The rank of each of a phase's clients (given their sample counts, in cohort order):
+    largest first onto the least-loaded rank (ties: the lower position, the lower rank), so
+    every rank computes the same answer from the same sizes."""
+    load = [0] * world
+    owners = [0] * len(sizes)
+    for position in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        rank = min(range(world), key=lambda r: (load[r], r))
+        owners[position] = rank
+        load[rank] += max(int(sizes[position]), 1)
+    return owners
+
+
+def launched() -> bool:
+    """Whether this process was started by torchrun / torch's elastic launcher with K > 1."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def local_device(name: str, local_rank: int) -> str:
+    """The device of the process with `local_rank` on its machine: `cuda`/`auto` with GPUs
+    become `cuda:<local_rank mod visible GPUs>` (several processes per GPU when there are more
+    processes than GPUs); an explicit `cuda:N` or `cpu` is kept."""
+    if name in ("auto", "cuda") and torch.cuda.is_available():
+        return f"cuda:{local_rank % torch.cuda.device_count()}"
+    return "cpu" if name == "auto" else name
+
+
+def detached(obj: Any) -> Any:
+    """A copy of `obj` (an `Update`, a state dict, nested lists/tuples/dicts) whose tensors own
+    compact storage: what a client step returned, safe from the next step reusing the worker's
+    buffers, and serialised without the storage a view points into."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {f.name: detached(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return dataclasses.replace(obj, **changes)
+    if isinstance(obj, dict):
+        return {key: detached(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(detached(value) for value in obj)
+    return obj
+
+
+def to_bytes(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def from_bytes(data: bytes, device: torch.device | str) -> Any:
+    return torch.load(io.BytesIO(data), map_location=device, weights_only=False)
+
+
+@dataclass
+class Failed:
+    """An exception one rank raised inside a collective step, sent to every rank."""
+
+    error: BaseException
+
+
+class RankGroup:
+    """This process's place in the run: rank, world size and the collectives the engine uses.
+    `bytes_sent` counts what this process sent to the others (each byte once per receiver)."""
+
+    def __init__(self, rank: int, world: int, local_rank: int, group: Any = None) -> None:
+        self.rank, self.world, self.local_rank = rank, world, local_rank
+        self.group = group
+        self.bytes_sent = 0
+
+    @property
+    def is_writer(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def join(cls, device: str, timeout_s: float = 1800.0) -> "RankGroup":
+        """Join the process group that torchrun / `workers=K` set up in the environment
+        (gloo on CPU, nccl on GPUs), plus a gloo group for the engine's object exchange."""
+        missing = [key for key in ENV_KEYS if key not in os.environ]
+        if missing:
+            raise FedshareError(
+                f"WORLD_SIZE={os.environ.get('WORLD_SIZE')} but {', '.join(missing)} is not "
+                f"set; start several processes with workers=K or torchrun, not by hand"
+            )
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ["LOCAL_RANK"])
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(torch.device(device))
+        if not dist.is_initialized():
+            dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        objects = dist.new_group(backend="gloo") if backend != "gloo" else None
+        return cls(rank, world, local_rank, objects)
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # ------------------------------------------------------------------ collectives
+    def _exchange(self, data: bytes) -> list[bytes]:
+        """Every rank's bytes, in rank order (sizes first, then the padded buffers)."""
+        try:
+            size = torch.tensor([len(data)], dtype=torch.int64)
+            sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+            dist.all_gather(sizes, size, group=self.group)
+            longest = int(max(s.item() for s in sizes))
+            mine = torch.zeros(longest, dtype=torch.uint8)
+            mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
+            dist.all_gather(buffers, mine, group=self.group)
+        except (RuntimeError, dist.DistBackendError) as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+            raise RankFailure(
+                f"a process of this run stopped or lost its connection ({reason}); rank "
+                f"{self.rank} stops too"
+            ) from None
+        self.bytes_sent += len(data) * (self.world - 1)
+        return [bytes(b[: int(s.item())].numpy()) for b, s in zip(buffers, sizes, strict=True)]
+
+    def gather(self, obj: Any, device: torch.device | str = "cpu") -> list[Any]:
+        """Every rank's `obj`, in rank order, tensors on `device`. A `Failed` from any rank is
+        raised on every rank (the lowest rank's first)."""
+        try:
+            data = to_bytes(obj)
+        except Exception as err:  # an exception that does not pickle still reaches every rank
+            cause = obj.error if isinstance(obj, Failed) else err
+            data = to_bytes(Failed(RuntimeError(f"rank {self.rank}: {cause!r}")))
+        gathered = [from_bytes(item, device) for item in self._exchange(data)]
+        for item in gathered:
+            if isinstance(item, Failed):
+                raise item.error
+        return gathered
+
+    def from_writer(self, make: Callable[[], T], device: torch.device | str = "cpu") -> T:
+        """`make()` on rank 0, its value on every rank (its exception raised on every rank);
+        `make` runs on rank 0 alone."""
+        value: Any = None
+        if self.is_writer:
+            try:
+                value = make()
+            except Exception as err:  # sent to every rank, raised there and here
+                value = Failed(err)
+        return self.gather(value if self.is_writer else None, device)[0]
+
+    def check_same(self, what: str, value: Any) -> None:
+        """Refuse to run when the ranks disagree on `value` (a foreign or stale process)."""
+        values = self.gather(pickle.dumps(value))
+        for rank, other in enumerate(values):
+            if other != values[0]:
+                raise FedshareError(
+                    f"process rank {rank} of this run has another {what} than rank 0; every "
+                    f"process of a run must start with the same command line"
+                )
+
+
+def rng_snapshot(device: torch.device) -> dict[str, torch.Tensor]:
+    """The global random state a client step leaves: the CPU generator and the device's."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def restore_rng(state: dict[str, torch.Tensor], device: torch.device) -> None:
+    torch.set_rng_state(state["cpu"].cpu())
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+
+
+def launch(argv: Sequence[str], workers: int) -> int:
+    """Run `python -m fedshare.run <argv>` as `workers` processes on this machine through
+    torch's elastic launcher (what `torchrun --standalone --nproc-per-node=K` does: a fresh
+    rendezvous of its own, so no stale or foreign process can join). Returns the exit code:
+    the workers' own when they all stopped the same way (a user error: 2), else 1 after one
+    sentence naming the process that failed first."""
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser, run
+
+    args = get_args_parser().parse_args(
+        ["--standalone", f"--nproc-per-node={workers}", "--module", "fedshare.run", *argv]
+    )
+    try:
+        run(args)
+    except ChildFailedError as err:
+        codes = {failure.exitcode for failure in err.failures.values()}
+        if len(codes) == 1 and codes.pop() > 0:  # each process said why (fedshare.run)
+            return next(iter(err.failures.values())).exitcode
+        rank, failure = err.get_first_failure()
+        how = (
+            f"was killed by {signal.Signals(-failure.exitcode).name}"
+            if failure.exitcode < 0
+            else f"exited with code {failure.exitcode}"
+        )
+        print(
+            f"fedshare: error: process rank {rank} of {workers} (pid {failure.pid}) {how}, so "
+            f"the run stopped; its folder keeps the last checkpoint: continue with "
+            f"run_dir=<that folder> resume=true",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

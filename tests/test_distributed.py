@@ -1,0 +1,283 @@
+"""One run across K processes (`fedshare.engine.distributed`): K = 2 gives the K = 1 result
+(within float tolerance; on this CPU bit for bit where the client steps are serial), the same
+K gives the same bits, per-client state travels with its client, traffic is the simulated
+network's, and a killed rank leaves a resumable checkpoint.
+
+The processes are forked from the test (gloo on a free local port), so they share the parent's
+imported modules and loaded data and a two-process run costs about what its training costs.
+"""
+
+import io
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from queue import Empty
+
+import pytest
+import torch
+
+from fedshare.api import init_model
+from fedshare.config import CheckpointConfig, ClientsConfig, SimulationConfig
+from fedshare.data import federate
+from fedshare.defaults import resolve_rounds, resolve_train
+from fedshare.engine.checkpoint import load_checkpoint
+from fedshare.engine.distributed import RankGroup, assign
+from fedshare.engine.simulation import Simulation
+from fedshare.strategies import STRATEGIES, make_strategy
+from test_every_strategy import HEAD_LR, ON_FEATURES, SHORT_BUDGET, dataset, quick_simulation
+
+Build = Callable[[RankGroup | None], Simulation]
+TRAFFIC = ("bytes_up", "bytes_down", "bytes_shared", "bytes_down_personal", "bytes_peer")
+
+
+def without_timings(record: dict) -> dict:
+    """A history record without its machine measurements (`wall_time_s`, FedAA's `time_*_s`)."""
+    return {key: value for key, value in record.items() if not key.endswith("_s")}
+
+
+def outcome(sim: Simulation, resume: bool = False) -> dict:
+    """What a run computed: its history (without wall times), traffic, final global weights
+    and client states."""
+    result = sim.run(resume=resume)
+    model = sim.strategy.global_model()
+    return {
+        "history": [without_timings(record) for record in result.history],
+        "traffic": {k: result.summary[k] for k in TRAFFIC},
+        "summary": result.summary,
+        "weights": torch.cat([t.detach().float().flatten() for t in model.state_dict().values()]),
+        "client_states": {cid: dict(state) for cid, state in sim.client_states.items()},
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(build: Build, rank: int, world: int, port: int, queue) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    try:
+        group = RankGroup.join("cpu", timeout_s=120)
+        try:
+            got = outcome(build(group))
+        finally:
+            group.close()
+    except BaseException as err:  # reported to the test, which fails with it
+        got = {"error": f"{type(err).__name__}: {err}\n{traceback.format_exc()}"}
+    buffer = io.BytesIO()
+    torch.save((rank, got), buffer)
+    queue.put(buffer.getvalue())
+
+
+def run_ranks(build: Build, world: int = 2, timeout_s: float = 300) -> list[dict]:
+    """`build(group)` run in `world` forked processes; each rank's outcome in rank order (a
+    rank that died without one: `{"died": exit code}`)."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_rank_main, args=(build, rank, world, port, queue))
+        for rank in range(world)
+    ]
+    for proc in procs:
+        proc.start()
+    results: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(results) < world and time.monotonic() < deadline:
+            try:
+                data = queue.get(timeout=1)
+            except Empty:
+                if all(p.exitcode is not None for p in procs) and queue.empty():
+                    break
+                continue
+            rank, got = torch.load(io.BytesIO(data), weights_only=False)
+            results[rank] = got
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    return [results.get(rank, {"died": procs[rank].exitcode}) for rank in range(world)]
+
+
+def named_run(name: str, rounds: int = 2, run_dir: Path | None = None) -> Build:
+    """`name` on digits, Dir(0.3) over 6 clients of unequal size, 4 sampled a round (so that
+    a client's state is made on one rank and used on another); heads on random-ReLU features
+    for the methods that train heads. With `run_dir`, a checkpoint every round."""
+    on_features = name in ON_FEATURES
+
+    def build(group: RankGroup | None) -> Simulation:
+        data = dataset("digits", features=on_features)
+        strategy = make_strategy(name, SHORT_BUDGET.get(name))
+        fed = federate(data, {"name": "dirichlet", "alpha": 0.3}, 6, 0)
+        train = resolve_train(HEAD_LR if on_features else {}, strategy, data.name)
+        config = SimulationConfig(
+            rounds=resolve_rounds(None if strategy.one_shot else rounds, strategy),
+            seed=0,
+            device="cpu",
+            progress=False,
+            clients=ClientsConfig(num=6, per_round=None if strategy.one_shot else 4),
+            train=train,
+            checkpoint=CheckpointConfig(every=0 if run_dir is None else 1),
+        )
+        model = init_model("linear" if on_features else data.default_model, fed, 0)
+        return Simulation(strategy, fed, model, config, run_dir, group=group)
+
+    return build
+
+
+def assert_same_run(one: dict, many: dict, exact: bool) -> None:
+    assert many["traffic"] == one["traffic"]  # the simulated network's, whoever ran what
+    assert [r["round"] for r in many["history"]] == [r["round"] for r in one["history"]]
+    if exact:
+        assert torch.equal(many["weights"], one["weights"])
+        assert many["history"] == one["history"]
+        return
+    torch.testing.assert_close(many["weights"], one["weights"], rtol=1e-4, atol=1e-5)
+    for a, b in zip(many["history"], one["history"], strict=True):
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1.0)
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-4)
+
+
+def test_assignment_is_balanced_by_size_and_the_same_everywhere():
+    sizes = [100, 10, 60, 50, 40, 10]
+    owners = assign(sizes, 2)
+    load = [sum(s for s, o in zip(sizes, owners, strict=True) if o == r) for r in range(2)]
+    assert owners == [0, 1, 1, 1, 0, 1]  # largest first onto the least-loaded rank
+    assert load == [140, 130]
+    assert assign(sizes, 1) == [0] * 6
+    assert sorted(assign([5] * 5, 3)) == [0, 0, 1, 1, 2]
+
+
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "flea", "fedaa", "fedpft"])
+def test_two_processes_give_the_one_process_result(name):
+    """K = 2 equals K = 1: FedAvg; SCAFFOLD with per-client c_i moving between ranks; FLea,
+    whose shared features every rank needs; FedAA's personal identifier messages; FedPFT
+    one-shot. Serial client steps on one CPU thread make it exact here."""
+    build = named_run(name)
+    one = outcome(build(None))
+    ranks = run_ranks(build)
+    for got in ranks:
+        assert "error" not in got, got.get("error")
+    for got in ranks:  # every rank ends with the whole run's state
+        assert_same_run(one, got, exact=True)
+        assert got["client_states"].keys() == one["client_states"].keys()
+        for cid, state in one["client_states"].items():
+            for key, value in state.items():
+                assert torch.equal(got["client_states"][cid][key], value), (cid, key)
+    summary = ranks[0]["summary"]
+    assert summary["workers"] == 2 and summary["interprocess_bytes"] > 0
+    assert len(summary["peak_rss_mb_per_process"]) == 2
+
+
+def test_same_process_count_gives_the_same_bits_batched_too():
+    """Two K = 2 runs of SCAFFOLD agree bit for bit; FedAvg with `train.batched` (each rank
+    vectorises its own share) equals K = 1 within float tolerance."""
+    first, second = run_ranks(named_run("scaffold"))[0], run_ranks(named_run("scaffold"))[0]
+    assert torch.equal(first["weights"], second["weights"])
+    assert first["history"] == second["history"]
+
+    def batched(group: RankGroup | None) -> Simulation:
+        sim = named_run("fedavg")(group)
+        sim.config.train.batched = 4
+        return sim
+
+    assert_same_run(outcome(batched(None)), run_ranks(batched)[0], exact=False)
+
+
+def test_a_killed_rank_stops_the_run_with_a_resumable_checkpoint(tmp_path):
+    """Rank 1 is killed after round 2 of 4: rank 0 stops with one sentence, its folder holds
+    round 2's checkpoint (whole, no temporary file) and a summary saying "interrupted"; the run
+    resumes in one process to the uninterrupted run's numbers."""
+    folder = tmp_path / "run"
+    build = named_run("scaffold", rounds=4, run_dir=folder)
+
+    def doomed(group: RankGroup | None) -> Simulation:
+        def kill_rank_1(sim: Simulation, rounds: int, record: object) -> None:
+            if rounds == 2 and group is not None and group.rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        sim = build(group)
+        sim.callbacks.append(kill_rank_1)
+        return sim
+
+    ranks = run_ranks(doomed, timeout_s=120)
+    assert ranks[0]["error"].startswith("RankFailure: a process of this run stopped")
+    assert not list(folder.glob("*.tmp"))
+    assert load_checkpoint(folder / "checkpoint.pt")["rounds_completed"] == 2
+    assert json.loads((folder / "summary.json").read_text())["status"] == "interrupted"
+
+    uninterrupted = outcome(named_run("scaffold", rounds=4)(None))
+    assert_same_run(uninterrupted, outcome(build(None), resume=True), exact=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(STRATEGIES.names()))
+def test_every_strategy_runs_under_two_processes(name):
+    """Every registered strategy, the matrix's digits run (test_every_strategy), under K = 2:
+    the K = 1 result within float tolerance."""
+    data = dataset("digits", features=name in ON_FEATURES)
+    one = outcome(quick_simulation(name, data))
+    ranks = run_ranks(lambda group: quick_simulation(name, data, group=group))
+    assert "error" not in ranks[0], ranks[0].get("error")
+    assert_same_run(one, ranks[0], exact=False)
+
+
+def _rank_pid(parent: int, rank: int) -> int | None:
+    """The pid of the `fedshare.run` process with RANK=`rank` under `parent` (Linux /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if ppid == parent and f"RANK={rank}".encode() in env:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+def test_cli_workers_killed_rank_says_which_and_resumes(tmp_path):
+    """`workers=2` from the command line; rank 1 killed once a checkpoint exists: the command
+    ends with one sentence naming the killed rank, and the folder resumes with workers=1."""
+    out = tmp_path / "run"
+    args = ["progress=false", "clients.num=4", "train.local_epochs=1", f"run_dir={out}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "fedshare.run", *args]
+    proc = subprocess.Popen(
+        [*command, "rounds=12", "workers=2"], stderr=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.monotonic() + 300
+    while not (out / "checkpoint.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    victim = _rank_pid(proc.pid, 1)
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    assert "process rank 1 of 2" in stderr and "was killed by SIGKILL" in stderr, stderr
+    done = load_checkpoint(out / "checkpoint.pt")["rounds_completed"]
+    assert 1 <= done < 12
+    resumed = subprocess.run(
+        [*command, "rounds=12", "resume=true"], capture_output=True, text=True, env=env
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "summary.json").read_text())["rounds_completed"] == 12
