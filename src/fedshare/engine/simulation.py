@@ -215,6 +215,7 @@ class Simulation:
         self._said_serial: set[str] = set()
         self._active_callbacks: list[Callback] = []
         self._clients_done = self._phase_clients = 0
+        self._phase_name = ""
         self.model_spec: tuple[str, dict[str, Any]] = (type(model).__name__, {})
         """(registry name, options) of the model, for `model.pt` (`fedshare.load_model`)."""
 
@@ -331,7 +332,7 @@ class Simulation:
         self.traffic.sent_up(update.weights, update.payload)
         stats.add(update.metrics)
         self._clients_done += 1
-        self.stage(f"{client.phase}: {self._clients_done}/{self._phase_clients} clients")
+        self.stage(f"{self._phase_name}: {self._clients_done}/{self._phase_clients} clients")
         return update
 
     def stage(self, text: str) -> None:
@@ -398,6 +399,7 @@ class Simulation:
             if phase.keep:
                 self.kept.keep(phase.name, message, members)
             self._clients_done, self._phase_clients = 0, len(members)
+            self._phase_name = phase.name
             self.stage(f"{phase.name}: 0/{len(members)} clients")
             shared = self.group is not None and not phase.in_order
             client_updates = self._shared_updates if shared else self._client_updates
