@@ -170,7 +170,11 @@ def test_every_run_config_key_reaches_the_simulation_config():
     run = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), changed))
     data = federate(load_dataset({"name": "digits"}), {"name": "iid"}, 3, seed=7)
     sim = assemble(
-        make_strategy("fedavg", {}), data, "auto", rounds=3, train={"lr": 0.3},
+        make_strategy("fedavg", {}),
+        data,
+        "auto",
+        rounds=3,
+        train={"lr": 0.3},
         **simulation_settings(run),
     )
     config = sim.config
