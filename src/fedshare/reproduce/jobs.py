@@ -150,7 +150,9 @@ def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Sc
         columns=None if columns is None else {c: _tuple(o) for c, o in columns.items()},
         methods=_tuple(raw.get("methods")) or None,
         data={k: _tuple([v] if isinstance(v, str) else v) for k, v in raw.get("data", {}).items()}
-        or {k: _tuple([v] if isinstance(v, str) else v) for k, v in defaults.get("data", {}).items()},
+        or {
+            k: _tuple([v] if isinstance(v, str) else v) for k, v in defaults.get("data", {}).items()
+        },
         cost_s={str(k): float(v) for k, v in raw.get("cost_s", {}).items()},
         note=str(raw.get("note", "")),
     )
@@ -158,9 +160,13 @@ def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Sc
 
 @cache
 def load_job(name: str) -> Job:
-    """The job of table `name` (`xormixfl/table2`)."""
+    """The job of table `name` (`xormixfl/table2`), or of a job file (`path/to/job.yaml`,
+    whose `numbers` may be JSON tables beside it)."""
     path = _folder() / f"{name}.yaml"
-    if "/" not in name or not path.is_file():
+    here = None
+    if name.endswith(".yaml") and Path(name).is_file():
+        path = here = Path(name)
+    elif "/" not in name or not path.is_file():
         raise FedshareError(
             f"no reproducible table {name!r}; tables: {listed(available_jobs(), 40)}"
         )
@@ -169,9 +175,13 @@ def load_job(name: str) -> Job:
     unknown = set(scales) - set(SCALES)
     if unknown:
         raise FedshareError(f"{path}: unknown scale(s) {sorted(unknown)}; scales: {SCALES}")
+    numbers = [
+        str(here.parent / n) if here is not None and n.endswith(".json") else n
+        for n in raw["numbers"]
+    ]
     return Job(
         name=name,
-        numbers=tuple(raw["numbers"]),
+        numbers=tuple(numbers),
         description=str(raw.get("description", "")),
         scales={s: _scale(s, scales[s] or {}, raw) for s in SCALES if s in scales},
     )
