@@ -30,6 +30,8 @@ from fedshare.paper.compare import entries, load_table, overrides_in
 from fedshare.results.grouping import listed
 
 SCALES = ("paper", "cpu")
+NO_PRESET = "experiment=null"
+"""A stand-in's column override that drops the paper's preset (the cell runs without one)."""
 
 
 @dataclass(frozen=True)
@@ -267,5 +269,6 @@ def cells(
                     method_overrides[method] or (),
                     [f"seed={seed}"],
                 )
+                overrides = tuple(o for o in overrides if o != NO_PRESET)
                 found.append(Cell(name, column, method, int(seed), overrides))
     return found

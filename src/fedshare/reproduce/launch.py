@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedshare.reproduce.jobs import Cell
+from fedshare.reproduce.jobs import Cell, merged
 from fedshare.results.rundir import RUN_FILES
 
 DONE, RESUME, RESTART, NEW = "done", "resume", "restart", "new"
@@ -49,15 +49,16 @@ def plan(cells: Sequence[Cell], out: Path) -> list[Plan]:
     return [Plan(cell, state_of(out / cell.folder)) for cell in cells]
 
 
-def job_overrides(item: Plan, out: Path) -> list[str]:
-    """The overrides of one cell's job: its own, its folder, and resume/overwrite."""
+def job_overrides(item: Plan, out: Path, extra: Sequence[str] = ()) -> list[str]:
+    """The overrides of one cell's job: its own, then `extra` (replacing its own of the same
+    key), its folder, and resume/overwrite."""
     folder = (out / item.cell.folder).resolve()
-    extra = {RESUME: ["resume=true"], RESTART: ["overwrite=true"]}.get(item.state, [])
+    state = {RESUME: ["resume=true"], RESTART: ["overwrite=true"]}.get(item.state, [])
     return [
-        *item.cell.overrides,
+        *merged(item.cell.overrides, extra),
         f"run_dir={folder}",
         f"hydra.sweep.subdir={item.cell.folder}",
-        *extra,
+        *state,
     ]
 
 
@@ -79,7 +80,8 @@ def command(
     """The `python -m fedshare.run -m` command that runs `todo` (writes its cells file)."""
     out.mkdir(parents=True, exist_ok=True)
     cells_file = out / "cells.json"
-    cells_file.write_text(json.dumps([job_overrides(p, out) for p in todo], indent=1) + "\n")
+    jobs_list = [job_overrides(p, out, extra) for p in todo]
+    cells_file.write_text(json.dumps(jobs_list, indent=1) + "\n")
     return [
         sys.executable,
         "-m",
@@ -90,7 +92,6 @@ def command(
         f"hydra.sweep.dir={out.resolve()}",
         *launcher_overrides(jobs, launcher),
         "progress=false",
-        *extra,
     ]
 
 

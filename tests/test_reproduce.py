@@ -1,0 +1,162 @@
+"""`python -m fedshare.reproduce`: job lists as data, resumable runs, reports, docs blocks."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from fedshare.errors import FedshareError
+from fedshare.paper.compare import entries
+from fedshare.reproduce import available_jobs, cells, launch, load_job, measure, run_cells
+from fedshare.reproduce.docs import regenerate
+from fedshare.reproduce.jobs import merged
+from fedshare.reproduce.launch import DONE, RESUME, state_of
+from fedshare.results.rundir import read_metrics
+from fedshare.run import config_dir
+
+TINY = str(Path(__file__).parent / "data" / "reproduce" / "tiny.yaml")
+PAPERS = ("xormixfl", "rebafl", "flea", "fedpft", "fedaa")
+
+
+def test_every_paper_table_has_a_job_and_its_cells_cover_the_table():
+    names = available_jobs()
+    assert {n.split("/")[0] for n in names} == set(PAPERS)
+    for name in names:
+        job = load_job(name)
+        in_table = {(e.preset, e.method) for e in entries(job.numbers[0])}
+        runnable = {m for m, o in job.methods.items() if o is not None}
+        found = cells(name, "paper", seeds=[0])
+        assert {(c.column, c.method) for c in found} == {
+            (p, m) for p, m in in_table if m in runnable
+        }, name
+        for cell in found:
+            assert cell.overrides[0] == f"experiment={cell.column.split()[0]}"
+            assert cell.overrides[-1] == "seed=0"
+
+
+def test_cell_overrides_compose_in_order_and_later_keys_win():
+    assert merged(["a=1", "b=2"], ["a=3"]) == ("b=2", "a=3")
+    (cell,) = cells("xormixfl/table2", "cpu", ["[0,2]"], ["mixfl"], [4])
+    assert cell.overrides == (
+        "experiment=xormixfl/table2",
+        "partition.target_labels=[0,2]",
+        "train.local_epochs=2",
+        "data.test_subset=2000",
+        "strategy=mixfl",
+        "seed=4",
+    )
+    assert cell.folder == "table2-partition.target_labels-0-2/mixfl/seed4"
+    # a stand-in replaces the paper's preset
+    standin = cells("fedaa/table2", "cpu", methods=["fedprox"], seeds=[0])[0].overrides
+    assert not any(o.startswith("experiment=") for o in standin) and "data=fmnist" in standin
+    assert "strategy.mu=0.01" in standin
+
+
+def test_every_scale_composes_for_each_method_of_its_first_column():
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        for name in available_jobs():
+            job = load_job(name)
+            for scale in job.scales:
+                first = cells(name, scale, seeds=[0])
+                for cell in (c for c in first if c.column == first[0].column):
+                    cfg = compose("config", overrides=list(cell.overrides))
+                    strategy = job.methods[cell.method][0].removeprefix("strategy=")
+                    assert cfg.strategy.name == strategy, (name, scale, cell.method)
+
+
+def test_bad_names_are_one_sentence_errors():
+    with pytest.raises(FedshareError, match="no reproducible table 'flea/table9'"):
+        load_job("flea/table9")
+    with pytest.raises(FedshareError, match="has no scale 'cpu'"):
+        cells("rebafl/table2", "cpu")
+    with pytest.raises(FedshareError, match="no method 'nope'; methods: fedavg, fedprox"):
+        cells(TINY, methods=["nope"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedshare.reproduce", "run", "flea/table9"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "no reproducible table" in proc.stderr
+
+
+def test_second_run_starts_nothing_and_report_renders(tmp_path, monkeypatch):
+    out = tmp_path / "tiny"
+    tiny = cells(TINY)
+    first = run_cells(tiny, out)
+    assert [p.state for p in first] == [DONE, DONE]
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a second run started a process")
+
+    monkeypatch.setattr(launch.subprocess, "run", refuse)
+    assert [p.state for p in run_cells(tiny, out)] == [DONE, DONE]
+    assert stamps == {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+
+    measured = {m.method: m for m in measure(tiny, load_job(TINY).numbers, out)}
+    for method in ("fedavg", "fedprox"):
+        summary = json.loads((out / f"digits_quickstart/{method}/seed0/summary.json").read_text())
+        assert measured[method].values == [summary["final_accuracy"]]
+        assert measured[method].comparison.delta == pytest.approx(
+            summary["final_accuracy"] - {"fedavg": 80.0, "fedprox": 10.0}[method]
+        )
+    # the fixture's made-up "paper" numbers: FedProx's 10 % is far below anything measured
+    assert not measured["fedprox"].comparison.ok
+
+    monkeypatch.undo()
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedshare.reproduce", "report", TINY, str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| digits_quick"))
+    assert f"{measured['fedavg'].values[0]:.2f} (1)" in row and "80.00 ± 0.00" in row
+    assert {p.name for p in out.iterdir()} >= {"report.md", "report.csv", "report.png"}
+
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"before\n<!-- reproduce:{TINY} {out} -->\nstale\n<!-- /reproduce -->\nafter\n")
+    assert regenerate([doc]) == [doc]
+    text = doc.read_text()
+    assert "stale" not in text and "80.00 ± 0.00" in text and text.endswith("after\n")
+    assert regenerate([doc], check=True) == []  # up to date now
+    gone = tmp_path / "gone.md"
+    gone.write_text(f"<!-- reproduce:{TINY} {tmp_path / 'none'} -->\nkept\n<!-- /reproduce -->\n")
+    assert regenerate([gone]) == [] and "kept" in gone.read_text()
+
+
+def test_interrupted_run_continues_from_its_checkpoint(tmp_path):
+    """SIGINT stops `run` during the cell's first rounds; the next `run` resumes that run
+    folder (its first rounds' records stay as they were) instead of starting it over."""
+    out = tmp_path / "tiny"
+    command = [sys.executable, "-m", "fedshare.reproduce", "run", TINY, "--methods", "fedavg"]
+    command += ["--out", str(out)]
+    slow = [*command, "--set", "rounds=6", "train.local_epochs=3"]
+    proc = subprocess.Popen(slow, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    metrics = out / "digits_quickstart" / "fedavg" / "seed0" / "metrics.jsonl"
+    try:
+        while not (metrics.parent / "checkpoint.pt").exists():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    folder = metrics.parent
+    assert state_of(folder) == RESUME
+    before = read_metrics(metrics)
+    assert 1 <= len(before) < 6
+    done = subprocess.run(slow, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "1 to resume" in done.stdout and "resume=true" in (out / "cells.json").read_text()
+    after = read_metrics(metrics)
+    assert [r["round"] for r in after] == list(range(1, 7))
+    assert after[: len(before)] == before
+    assert state_of(folder) == DONE
