@@ -160,3 +160,39 @@ def test_interrupted_run_continues_from_its_checkpoint(tmp_path):
     assert [r["round"] for r in after] == list(range(1, 7))
     assert after[: len(before)] == before
     assert state_of(folder) == DONE
+
+
+def fake_run(folder: Path, accuracy: float, per_class: list[float], targets: list[int]) -> None:
+    """A finished run folder as the engine writes it (the files `measure` reads)."""
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(
+        json.dumps({"status": "completed", "final_accuracy": accuracy, "best_accuracy": 99.0})
+    )
+    record = {"round": 1, "accuracy": accuracy, "per_class_accuracy": per_class}
+    (folder / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    (folder / "config.yaml").write_text(f"partition:\n  target_labels: {targets}\n")
+
+
+def test_report_reads_each_tables_metric_beside_the_papers_number(tmp_path):
+    """Two seeds of XorMixFL's Table 2 cell [9] (paper 91.54) and of a Table 4 cell, whose
+    second table is the accuracy on the target label 9 (paper 52.89 for XorMixFL, M = 1,
+    α = 0.25, p = 1): the mean over the seeds, its sample std, Δ and the label's accuracy."""
+    from fedshare.reproduce.render import tables_markdown
+
+    t2 = cells("xormixfl/table2", columns=["=[9]"], methods=["xormixfl"], seeds=[0, 1])
+    for cell, acc in zip(t2, (91.0, 92.0), strict=True):
+        fake_run(tmp_path / cell.folder, acc, [0.0] * 10, [9])
+    (item,) = measure(t2, load_job("xormixfl/table2").numbers, tmp_path)
+    assert item.values == [91.0, 92.0] and item.paper == (91.54, 0.0)
+    assert item.comparison.delta == pytest.approx(91.5 - 91.54) and item.comparison.ok
+    text = tables_markdown([item])
+    assert "91.50 ± 0.71 (2)" in text and "91.50 (91.54) ✓" in text
+
+    column = "xormixfl/table4 strategy.M=1 strategy.alpha=0.25 strategy.p=1"
+    t4 = cells("xormixfl/table4", columns=[column], methods=["xormixfl"], seeds=[0, 1])
+    for cell, nine in zip(t4, (50.0, 54.0), strict=True):
+        fake_run(tmp_path / cell.folder, 90.0, [100.0] * 9 + [nine], [9])
+    test, label9 = measure(t4, load_job("xormixfl/table4").numbers, tmp_path)
+    assert (test.metric, test.values) == ("final_accuracy", [90.0, 90.0])
+    assert (label9.metric, label9.values) == ("target_label_accuracy", [50.0, 54.0])
+    assert label9.paper[0] == 52.89 and label9.comparison.ok
