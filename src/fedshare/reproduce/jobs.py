@@ -1,18 +1,18 @@
 """A paper table's jobs: the runs that fill its cells, read from data beside the tables.
 
 `fedshare/paper/jobs/<paper>/<table>.yaml` names the paper tables it fills (`numbers`, files of
-`fedshare/paper/tables/`), and for each scale (`paper`, and `cpu` where one is defined) the
-seeds, the overrides every cell gets, optionally the columns and methods that scale runs and
-per-column overrides (a stand-in replaces the preset with `experiment=null` plus its own
-setting), the files each column needs under the data root and the estimated time of a cell on
-the project's 2-core CPU. A column is a table's `preset` (`xormixfl/table2
-partition.target_labels=[0]`), a method one of the table's `methods` with its overrides
-(`fedshare.paper.compare.overrides_in`), so a cell runs as
+`fedshare/paper/tables/`), and for each scale (`paper`, `cpu` where one is defined, and named
+small checks such as FLea's `digits`) the seeds, the overrides every cell gets, optionally the
+columns and methods that scale runs, per-column overrides (a stand-in drops the preset with
+`experiment=null` and brings its own setting) and per-method ones, the files each column needs
+under the data root and the estimated time of a cell on the project's 2-core CPU. A column is
+a table's `preset` (`xormixfl/table2 partition.target_labels=[0]`), a method one of the
+table's `methods` with its overrides (`fedshare.paper.compare.overrides_in`), so a cell runs as
 
     python -m fedshare.run experiment=<preset> <column overrides> <scale overrides>
-        <column's scale overrides> <method overrides> seed=<seed>
+        <column's scale overrides> <method overrides> <method's scale overrides> seed=<seed>
 
-with later overrides of the same key replacing earlier ones.
+with later overrides of the same key replacing earlier ones (docs/reproduce.md).
 """
 
 import re
@@ -29,7 +29,6 @@ from fedshare.errors import FedshareError
 from fedshare.paper.compare import entries, load_table, overrides_in
 from fedshare.results.grouping import listed
 
-SCALES = ("paper", "cpu")
 NO_PRESET = "experiment=null"
 """A stand-in's column override that drops the paper's preset (the cell runs without one)."""
 
@@ -59,6 +58,8 @@ class Scale:
     columns: Mapping[str, tuple[str, ...]] | None
     """Column → its extra overrides at this scale; None: every column of the table, none extra."""
     methods: tuple[str, ...] | None
+    method_overrides: Mapping[str, tuple[str, ...]]
+    """Method → overrides it gets at this scale on top of the table's (e.g. a shorter warm-up)."""
     data: Mapping[str, tuple[str, ...]]
     cost_s: Mapping[str, float]
     note: str
@@ -151,6 +152,7 @@ def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Sc
         overrides=_tuple(raw.get("overrides")),
         columns=None if columns is None else {c: _tuple(o) for c, o in columns.items()},
         methods=_tuple(raw.get("methods")) or None,
+        method_overrides={m: _tuple(o) for m, o in (raw.get("method_overrides") or {}).items()},
         data={k: _tuple([v] if isinstance(v, str) else v) for k, v in raw.get("data", {}).items()}
         or {
             k: _tuple([v] if isinstance(v, str) else v) for k, v in defaults.get("data", {}).items()
@@ -174,9 +176,6 @@ def load_job(name: str) -> Job:
         )
     raw = yaml.safe_load(path.read_text())
     scales = raw.get("scales") or {}
-    unknown = set(scales) - set(SCALES)
-    if unknown:
-        raise FedshareError(f"{path}: unknown scale(s) {sorted(unknown)}; scales: {SCALES}")
     numbers = [
         str(here.parent / n) if here is not None and n.endswith(".json") else n
         for n in raw["numbers"]
@@ -185,7 +184,7 @@ def load_job(name: str) -> Job:
         name=name,
         numbers=tuple(numbers),
         description=str(raw.get("description", "")),
-        scales={s: _scale(s, scales[s] or {}, raw) for s in SCALES if s in scales},
+        scales={s: _scale(s, spec or {}, raw) for s, spec in scales.items()},
     )
 
 
@@ -267,8 +266,14 @@ def cells(
                     spec.overrides,
                     extra,
                     method_overrides[method] or (),
+                    spec.method_overrides.get(method, ()),
                     [f"seed={seed}"],
                 )
                 overrides = tuple(o for o in overrides if o != NO_PRESET)
                 found.append(Cell(name, column, method, int(seed), overrides))
+    if not found:
+        raise FedshareError(
+            f"{name} at scale {scale} has no cell of methods {picked_methods} in columns "
+            f"{listed(picked_columns, 5)}"
+        )
     return found
