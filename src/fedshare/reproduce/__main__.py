@@ -159,7 +159,9 @@ def render(
     job = load_job(table)
     chosen = cells(table, scale, args.columns, args.methods, args.seeds)
     items = measure(chosen, job.numbers, out)
-    return items, tables_markdown(items)
+    note = job.scale(scale).note
+    head = f"Scale `{scale}`: {note}.\n\n" if note else ""
+    return items, head + tables_markdown(items)
 
 
 def cmd_report(args: argparse.Namespace) -> None:
