@@ -88,7 +88,7 @@ def test_bad_names_are_one_sentence_errors():
 def test_second_run_starts_nothing_and_report_renders(tmp_path, monkeypatch):
     out = tmp_path / "tiny"
     tiny = cells(TINY)
-    first = run_cells(tiny, out)
+    first = run_cells(tiny, out, jobs=2)  # two at once, through the joblib launcher
     assert [p.state for p in first] == [DONE, DONE]
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
 
