@@ -25,6 +25,7 @@ from fedshare.reproduce.measure import Measured, measure
 from fedshare.reproduce.render import plot, tables_markdown, write_csv
 
 USER_ERROR = 2
+INTERRUPTED = 130
 MARK = "reproduce.json"
 """The file in a table's output folder naming its table and scale."""
 
@@ -230,6 +231,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = commands[args.command](args)
     except FedshareError as err:
         fail(str(err))
+    except KeyboardInterrupt:
+        print(
+            "fedshare.reproduce: interrupted; the same command continues where it stopped",
+            file=sys.stderr,
+        )
+        sys.exit(INTERRUPTED)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
