@@ -4,11 +4,16 @@ import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from fedshare.data import federate, load_dataset
 from fedshare.data.federated import FederatedData
+
+if TYPE_CHECKING:
+    from fedshare.reproduce import Measured
 
 DIGITS_TRAIN = {"local_epochs": 1, "batch_size": 32, "lr": 0.05, "momentum": 0.9}
 
@@ -48,6 +53,32 @@ def run_preset(overrides: list[str], out: Path, timeout_h: float = 24) -> dict:
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_h * 3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((Path(out) / "summary.json").read_text())
+
+
+def run_table_cell(
+    table: str,
+    column: str,
+    method: str,
+    out: Path,
+    seeds: Sequence[int] | None = None,
+    extra: Sequence[str] = (),
+) -> "Measured":
+    """One cell of a paper table, run and measured as `python -m fedshare.reproduce` does
+    (the same job list, run folders and comparison), over `seeds` (default: the table's).
+    The `paper`-marked tests run their cells this way, so the suite and the command agree."""
+    from fedshare.reproduce import cells, load_job, measure, run_cells
+
+    chosen = [
+        c
+        for c in cells(table, "paper", [column], [method], seeds)
+        if c.column == column and c.method == method
+    ]
+    assert chosen, f"{table} has no cell {column!r} × {method!r}"
+    states = run_cells(chosen, out, extra=extra)
+    unfinished = [p.cell.folder for p in states if p.state != "done"]
+    assert not unfinished, f"cells did not finish: {unfinished} (see the output above)"
+    (found,) = measure(chosen, load_job(table).numbers[:1], out)
+    return found
 
 
 def load_script(name: str) -> ModuleType:

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from conftest import data_root_or_skip
 from fedshare.paper.compare import compare, entries, method_overrides
 from fedshare.run import config_dir
-from helpers import run_preset
+from helpers import run_table_cell
 
 TABLES = ("fedaa_table1", "fedaa_table2", "fedaa_table3")
 DATA_FILES = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
@@ -77,10 +77,7 @@ def test_table_cell_best_accuracy(table, preset, method, tmp_path):
     points of the paper's mean (std: the spread its 95 % interval implies)."""
     dataset = preset.split("/")[1].split("_")[0]
     root = data_root_or_skip(DATA_FILES[dataset])
-    best = []
-    for seed in SEEDS:
-        cell = [f"experiment={preset}", *method_overrides(table, method), f"seed={seed}"]
-        summary = run_preset([*cell, f"data.root={root}"], tmp_path / f"seed{seed}", 48)
-        best.append(summary["best_accuracy"])
-    result = compare(table, preset, method, sum(best) / len(best))
-    assert result.ok, f"{result}; per-seed best {best}"
+    job = "fedaa/" + table.removeprefix("fedaa_")
+    cell = run_table_cell(job, preset, method, tmp_path, SEEDS, [f"data.root={root}"])
+    result = cell.comparison
+    assert result is not None and result.ok, f"{result}; per-seed best {cell.values}"

@@ -1,5 +1,6 @@
 """FLea's Table 1 as presets and data (flea.md §6): consistency here, regression on a GPU."""
 
+import json
 import os
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from fedshare.paper.logs import curve_stats, load_log
 from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
 from fedshare.strategies import make_strategy
-from helpers import run_preset
+from helpers import run_table_cell
 
 METHODS = tuple(load_table("flea")["methods"])
 PRESETS = sorted({e.preset for e in entries("flea")})
@@ -118,15 +119,19 @@ def test_every_uci_har_preset_partitions_the_real_labels():
 
 
 def run_cell(preset: str, method: str, out: Path, device: str) -> dict:
-    """Run one Table 1 cell with the seed of $FEDSHARE_PAPER_SEED (default 0)."""
+    """Run one Table 1 cell with the seed of $FEDSHARE_PAPER_SEED (default 0), as
+    `python -m fedshare.reproduce run flea/table1` runs it; its summary.json."""
     name = preset.split("/")[1]
     dataset = next(d for d in DATA_FILES if name.startswith(d))
     base = Path(os.environ.get("FEDSHARE_DATA", "."))
     rebuilt = dataset == "uci_har" and (base / "uci_har_hapt" / DATA_FILES[dataset]).exists()
     root = base if rebuilt else data_root_or_skip(DATA_FILES[dataset])
-    seed = os.environ.get("FEDSHARE_PAPER_SEED", "0")
-    overrides = [f"experiment={preset}", *method_overrides("flea", method), f"seed={seed}"]
-    return run_preset([*overrides, f"device={device}", f"data.root={root}"], out)
+    seed = int(os.environ.get("FEDSHARE_PAPER_SEED", "0"))
+    run_table_cell(
+        "flea/table1", preset, method, out, [seed], [f"device={device}", f"data.root={root}"]
+    )
+    (summary,) = out.rglob("summary.json")
+    return json.loads(summary.read_text())
 
 
 @pytest.mark.paper
@@ -159,7 +164,8 @@ def test_flea_uci_har_dir01_tracks_the_authors_log(tmp_path):
     round (docs/flea.md: 51.2 against 54.9 on the rebuilt data)."""
     log = load_log("flea_har_k150_dir0.1")
     run_cell(log.preset, log.method, tmp_path / "run", "auto")
-    history = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    (metrics,) = (tmp_path / "run").rglob("metrics.jsonl")
+    history = read_metrics(metrics)
     ours = curve_stats([r["accuracy"] for r in history][1:])
     theirs = curve_stats(log.accuracy[1:])
     assert abs(ours["settled_mean"] - theirs["settled_mean"]) <= 5, (ours, theirs)

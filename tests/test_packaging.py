@@ -29,6 +29,8 @@ def test_wheel_contains_the_configs(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for rel in ("config.yaml", "strategy/fedavg.yaml", "data/digits.yaml", "partition/iid.yaml"):
         assert f"fedshare/configs/{rel}" in names
+    assert "hydra_plugins/fedshare_cells/__init__.py" in names  # `reproduce run`'s sweeper
+    assert "fedshare/paper/jobs/xormixfl/table2.yaml" in names
 
 
 def test_cli_runs_from_the_installed_wheel(wheel, tmp_path):

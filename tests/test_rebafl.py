@@ -321,9 +321,10 @@ def test_rebafl_resume_equals_an_uninterrupted_run(tmp_path):
 
 
 # ----------------------------------------------------------------- real data (FMNIST)
-# Reduced Table I setting (measured with scripts/rebafl_checks.py test --rho 0.3 --set
-# train.lr=0.05 train.local_epochs=2 width=0.5): 20 clients × 2 classes × 50 samples, ρ = 0.3,
-# 15 rounds of E = 2, B = 25, lr 0.05, half-width lenet_fmnist, 2,000 test images; ~7 s CPU a run.
+# Reduced Table I setting (measured with the former scripts/rebafl_checks.py test --rho 0.3
+# --set train.lr=0.05 train.local_epochs=2 width=0.5; docs/rebafl.md has the command now):
+# 20 clients × 2 classes × 50 samples, ρ = 0.3, 15 rounds of E = 2, B = 25, lr 0.05,
+# half-width lenet_fmnist, 2,000 test images; ~7 s CPU a run.
 # Seeds 0–4 gave last-5 mean accuracy FedAvg 38.7/43.1/47.0/45.0/43.4, ReBaFL
 # 46.3/55.0/52.7/54.0/53.3: ReBaFL ahead on every seed by 5.7–11.9 points (mean 8.8).
 SMALL = {"local_epochs": 2, "batch_size": 25, "lr": 0.05, "momentum": 0.5, "weight_decay": 5e-4}

@@ -11,10 +11,9 @@ orderings that did not reproduce are explained in docs/xormixfl.md.
 import statistics
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from fedshare.paper.compare import lookup
-from fedshare.run import config_dir, execute
+from helpers import run_table_cell
 
 pytestmark = pytest.mark.paper
 SEEDS = (0, 1, 2)
@@ -25,23 +24,16 @@ def mnist(mnist_root, monkeypatch):
     monkeypatch.setenv("FEDSHARE_DATA", str(mnist_root))
 
 
-def run(table: int, overrides: list[str], seed: int, tmp_path) -> dict:
-    run_dir = tmp_path / f"run{abs(hash((table, *overrides, seed)))}"
-    args = [f"experiment=xormixfl/table{table}", *overrides, f"seed={seed}", "progress=false"]
-    with initialize_config_dir(str(config_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=[*args, f"run_dir={run_dir}"])
-    return execute(cfg, run_dir, {"partition": "xormix"})
-
-
-def mean_over_seeds(table: int, overrides: list[str], key: str, tmp_path) -> float:
-    return statistics.mean(run(table, overrides, s, tmp_path)[key] for s in SEEDS)
+def mean_over_seeds(table: int, column: str, method: str, tmp_path) -> float:
+    """A cell's mean over the seeds, run as `python -m fedshare.reproduce run
+    xormixfl/table<k>` runs it (the MDS cells with no training and 100 test images)."""
+    cell = run_table_cell(f"xormixfl/table{table}", column, method, tmp_path, SEEDS)
+    return statistics.mean(cell.values)
 
 
 # ------------------------------------------------------------------ Table 3: MDS
 def mds(method: str, m: int, p: int, tmp_path) -> float:
-    overrides = [f"strategy={method}", f"strategy.M={m}", f"strategy.p={p}"]
-    overrides += ["strategy.server_epochs=0", "data.test_subset=100"]  # the MDS needs no training
-    return mean_over_seeds(3, overrides, "mds_mean", tmp_path)
+    return mean_over_seeds(3, f"xormixfl/table3 strategy.M={m} strategy.p={p}", method, tmp_path)
 
 
 def test_table3_mds_orderings_and_p1_cells(tmp_path):
@@ -77,7 +69,7 @@ def test_table2_orderings_and_cells(tmp_path):
     Vanilla FL are up to 6.2 and 10.6 points above the paper's numbers."""
     acc = {
         (method, col): mean_over_seeds(
-            2, [f"strategy={method}", f"partition.target_labels={col}"], "final_accuracy", tmp_path
+            2, f"xormixfl/table2 partition.target_labels={col}", method, tmp_path
         )
         for col in TABLE2_COLUMNS
         for method in ("xormixfl", "mixfl", "standalone", "fedavg")

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from fedshare.errors import FedshareError
@@ -61,8 +62,10 @@ def available_tables() -> list[str]:
 
 @cache
 def load_table(paper: str) -> dict[str, Any]:
-    """The raw table dict of `paper` (the file name without .json)."""
+    """The raw table dict of `paper` (the file name without .json, or a JSON file's path)."""
     path = resources.files("fedshare.paper") / "tables" / f"{paper}.json"
+    if paper.endswith(".json") and Path(paper).is_file():
+        path = Path(paper)
     if not path.is_file():
         raise FedshareError(
             f"no paper table {paper!r}; available: {', '.join(available_tables()) or 'none'}"

@@ -1,0 +1,279 @@
+"""A paper table's jobs: the runs that fill its cells, read from data beside the tables.
+
+`fedshare/paper/jobs/<paper>/<table>.yaml` names the paper tables it fills (`numbers`, files of
+`fedshare/paper/tables/`), and for each scale (`paper`, `cpu` where one is defined, and named
+small checks such as FLea's `digits`) the seeds, the overrides every cell gets, optionally the
+columns and methods that scale runs, per-column overrides (a stand-in drops the preset with
+`experiment=null` and brings its own setting) and per-method ones, the files each column needs
+under the data root and the estimated time of a cell on the project's 2-core CPU. A column is
+a table's `preset` (`xormixfl/table2 partition.target_labels=[0]`), a method one of the
+table's `methods` with its overrides (`fedshare.paper.compare.overrides_in`), so a cell runs as
+
+    python -m fedshare.run experiment=<preset> <column overrides> <scale overrides>
+        <column's scale overrides> <method overrides> <method's scale overrides> seed=<seed>
+
+with later overrides of the same key replacing earlier ones (docs/reproduce.md).
+"""
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedshare.errors import FedshareError
+from fedshare.paper.compare import entries, load_table, overrides_in
+from fedshare.results.grouping import listed
+
+NO_PRESET = "experiment=null"
+"""A stand-in's column override that drops the paper's preset (the cell runs without one)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a table: a column × method × seed at one scale."""
+
+    table: str
+    column: str
+    method: str
+    seed: int
+    overrides: tuple[str, ...]
+    """Everything `python -m fedshare.run` gets for it, `seed=` included."""
+
+    @property
+    def folder(self) -> str:
+        """Its run folder, relative to the table's output folder."""
+        return f"{slug(self.column)}/{self.method}/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class Scale:
+    name: str
+    seeds: tuple[int, ...]
+    overrides: tuple[str, ...]
+    columns: Mapping[str, tuple[str, ...]] | None
+    """Column → its extra overrides at this scale; None: every column of the table, none extra."""
+    methods: tuple[str, ...] | None
+    method_overrides: Mapping[str, tuple[str, ...]]
+    """Method → overrides it gets at this scale on top of the table's (e.g. a shorter warm-up)."""
+    data: Mapping[str, tuple[str, ...]]
+    cost_s: Mapping[str, float]
+    note: str
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    numbers: tuple[str, ...]
+    """Paper tables (`fedshare/paper/tables/<name>.json`) the cells are compared with; the
+    first one's columns and methods make the job's cells."""
+    description: str
+    scales: Mapping[str, Scale]
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(e.preset for e in entries(self.numbers[0])))
+
+    @property
+    def methods(self) -> dict[str, tuple[str, ...] | None]:
+        """Method → its overrides (None: the library does not run it), in table order."""
+        table = load_table(self.numbers[0])
+        names = dict.fromkeys(e.method for e in entries(self.numbers[0]))
+        return {m: overrides_in(table, m) for m in names}
+
+    @property
+    def metric(self) -> str:
+        return str(load_table(self.numbers[0]).get("metric", "final_accuracy"))
+
+    def scale(self, name: str) -> Scale:
+        if name not in self.scales:
+            raise FedshareError(
+                f"{self.name} has no scale {name!r}; its scales: {', '.join(self.scales)}"
+            )
+        return self.scales[name]
+
+
+def slug(text: str) -> str:
+    """A folder name of a column: `table2-partition.target_labels-0-2`."""
+    return re.sub(r"[^A-Za-z0-9._]+", "-", text.split("/", 1)[-1]).strip("-") or "column"
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def merged(*groups: Iterable[str]) -> tuple[str, ...]:
+    """Overrides in order, a later one of the same key replacing an earlier one."""
+    found: dict[str, str] = {}
+    for group in groups:
+        for item in group:
+            found.pop(_key(item), None)
+            found[_key(item)] = item
+    return tuple(found.values())
+
+
+def column_overrides(column: str) -> list[str]:
+    """`experiment=<preset>` and the column's own overrides."""
+    preset, *rest = column.split()
+    return [f"experiment={preset}", *rest]
+
+
+def _folder() -> Any:
+    return resources.files("fedshare.paper") / "jobs"
+
+
+def available_jobs() -> list[str]:
+    found = []
+    for paper in sorted(_folder().iterdir(), key=lambda p: p.name):
+        if paper.is_dir():
+            found += [
+                f"{paper.name}/{f.name.removesuffix('.yaml')}"
+                for f in sorted(paper.iterdir(), key=lambda p: p.name)
+                if f.name.endswith(".yaml")
+            ]
+    return found
+
+
+def _tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if value else ()
+
+
+def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Scale:
+    columns = raw.get("columns")
+    if isinstance(columns, list):
+        columns = {c: () for c in columns}
+    return Scale(
+        name=name,
+        seeds=tuple(int(s) for s in raw.get("seeds", defaults.get("seeds", [0]))),
+        overrides=_tuple(raw.get("overrides")),
+        columns=None if columns is None else {c: _tuple(o) for c, o in columns.items()},
+        methods=_tuple(raw.get("methods")) or None,
+        method_overrides={m: _tuple(o) for m, o in (raw.get("method_overrides") or {}).items()},
+        data={k: _tuple([v] if isinstance(v, str) else v) for k, v in raw.get("data", {}).items()}
+        or {
+            k: _tuple([v] if isinstance(v, str) else v) for k, v in defaults.get("data", {}).items()
+        },
+        cost_s={str(k): float(v) for k, v in raw.get("cost_s", {}).items()},
+        note=str(raw.get("note", "")),
+    )
+
+
+@cache
+def load_job(name: str) -> Job:
+    """The job of table `name` (`xormixfl/table2`), or of a job file (`path/to/job.yaml`,
+    whose `numbers` may be JSON tables beside it)."""
+    path = _folder() / f"{name}.yaml"
+    here = None
+    if name.endswith(".yaml") and Path(name).is_file():
+        path = here = Path(name)
+    elif "/" not in name or not path.is_file():
+        raise FedshareError(
+            f"no reproducible table {name!r}; tables: {listed(available_jobs(), 40)}"
+        )
+    raw = yaml.safe_load(path.read_text())
+    scales = raw.get("scales") or {}
+    numbers = [
+        str(here.parent / n) if here is not None and n.endswith(".json") else n
+        for n in raw["numbers"]
+    ]
+    return Job(
+        name=name,
+        numbers=tuple(numbers),
+        description=str(raw.get("description", "")),
+        scales={s: _scale(s, spec or {}, raw) for s, spec in scales.items()},
+    )
+
+
+def _match(patterns: Mapping[str, Any], column: str, default: Any) -> Any:
+    """The value of the longest key of `patterns` that occurs in `column` (`*`: any)."""
+    keys = [k for k in patterns if k != "*" and k in column]
+    if keys:
+        return patterns[max(keys, key=len)]
+    return patterns.get("*", default)
+
+
+def needed_data(job: Job, scale: str, column: str) -> tuple[str, ...]:
+    """The paths (under the data root) that a column's runs read."""
+    return _match(job.scale(scale).data, column, ())
+
+
+def missing_data(job: Job, scale: str, column: str, root: Path | None) -> list[str]:
+    if root is None:
+        return list(needed_data(job, scale, column))
+    return [p for p in needed_data(job, scale, column) if not (root / p).exists()]
+
+
+def cost_s(job: Job, scale: str, column: str) -> float | None:
+    return _match(job.scale(scale).cost_s, column, None)
+
+
+def _pick(kind: str, wanted: Sequence[str] | None, known: Sequence[str]) -> list[str]:
+    if not wanted:
+        return list(known)
+    picked = []
+    for want in wanted:
+        hits = [k for k in known if k == want] or [k for k in known if want in k]
+        if not hits:
+            raise FedshareError(f"no {kind} {want!r}; {kind}s: {listed(list(known), 30)}")
+        picked += [h for h in hits if h not in picked]
+    return picked
+
+
+def scale_columns(job: Job, scale: str) -> list[str]:
+    columns = job.scale(scale).columns
+    return list(job.columns if columns is None else columns)
+
+
+def runnable_methods(job: Job, scale: str) -> list[str]:
+    """The methods a scale runs: its list, or every method of the table the library runs."""
+    methods = job.methods
+    chosen = job.scale(scale).methods or [m for m, o in methods.items() if o is not None]
+    unknown = [m for m in chosen if m not in methods or methods[m] is None]
+    if unknown:
+        raise FedshareError(f"{job.name}: methods {unknown} are not runnable rows of the table")
+    return list(chosen)
+
+
+def cells(
+    name: str,
+    scale: str = "paper",
+    columns: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+) -> list[Cell]:
+    """The cells of table `name` at `scale`; `columns`/`methods` pick (a unique part of a
+    name is enough), `seeds` replace the scale's. Seed by seed, so a stopped run has every
+    cell at the first seeds."""
+    job = load_job(name)
+    spec = job.scale(scale)
+    picked_columns = _pick("column", columns, scale_columns(job, scale))
+    picked_methods = _pick("method", methods, runnable_methods(job, scale))
+    in_table = {(e.preset, e.method) for e in entries(job.numbers[0])}
+    method_overrides = job.methods
+    found = []
+    for seed in seeds if seeds is not None else spec.seeds:
+        for column in picked_columns:
+            extra = spec.columns.get(column, ()) if spec.columns is not None else ()
+            for method in picked_methods:
+                if (column, method) not in in_table:
+                    continue
+                overrides = merged(
+                    column_overrides(column),
+                    spec.overrides,
+                    extra,
+                    method_overrides[method] or (),
+                    spec.method_overrides.get(method, ()),
+                    [f"seed={seed}"],
+                )
+                overrides = tuple(o for o in overrides if o != NO_PRESET)
+                found.append(Cell(name, column, method, int(seed), overrides))
+    if not found:
+        raise FedshareError(
+            f"{name} at scale {scale} has no cell of methods {picked_methods} in columns "
+            f"{listed(picked_columns, 5)}"
+        )
+    return found

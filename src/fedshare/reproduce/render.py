@@ -1,0 +1,189 @@
+"""A measured table as the paper prints it: Markdown, CSV and a measured-vs-paper figure."""
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedshare.paper.compare import load_table
+from fedshare.reproduce.measure import Measured
+from fedshare.results.grouping import MISSING
+from fedshare.results.writers import markdown_table
+
+CURVE_STATS = (("best", "best"), ("last10", "last-10"), ("settled", "settled"))
+CSV_HEADERS = (
+    "paper_table",
+    "column",
+    "method",
+    "metric",
+    "n",
+    "seeds",
+    "measured_mean",
+    "measured_std",
+    "paper_mean",
+    "paper_std",
+    "delta",
+    "tolerance",
+    "within",
+    *(f"curve_{k}" for k, _ in CURVE_STATS),
+)
+
+
+def method_name(numbers: str, method: str) -> str:
+    """The row's name as the paper prints it, where the table records one."""
+    spec = (load_table(numbers).get("methods") or {}).get(method)
+    return spec if isinstance(spec, str) else method
+
+
+def column_names(columns: Sequence[str]) -> dict[str, str]:
+    """Columns without what they share: the preset if all share one, else the paper prefix."""
+    presets = {c.split()[0] for c in columns}
+    if len(presets) == 1 and all(len(c.split()) > 1 for c in columns):
+        return {c: " ".join(c.split()[1:]) for c in columns}
+    return {c: c.split("/", 1)[-1] for c in columns}
+
+
+def _num(value: float | None, digits: int = 2, sign: bool = False) -> str:
+    if value is None:
+        return MISSING
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def measured_text(item: Measured) -> str:
+    """`mean ± std (n)`, or `mean (1)` for one seed."""
+    mean, std = item.mean_std
+    if mean is None:
+        return MISSING
+    spread = "" if std is None else f" ± {std:.2f}"
+    return f"{mean:.2f}{spread} ({len(item.values)})"
+
+
+def within_text(item: Measured) -> str:
+    if item.comparison is None:
+        return MISSING
+    return "yes" if item.comparison.ok else "no"
+
+
+def pivot(items: Sequence[Measured]) -> tuple[list[str], list[list[str]]]:
+    """Methods × columns as the paper prints them; a cell: `measured (paper) ✓/✗`."""
+    columns = list(dict.fromkeys(i.column for i in items))
+    names = column_names(columns)
+    methods = list(dict.fromkeys(i.method for i in items))
+    found = {(i.method, i.column): i for i in items}
+    rows = []
+    for method in methods:
+        line = [method_name(items[0].numbers, method)]
+        for column in columns:
+            item = found.get((method, column))
+            if item is None:
+                line.append("")
+                continue
+            mean, _ = item.mean_std
+            paper = MISSING if item.paper is None else f"{item.paper[0]:.2f}"
+            mark = {"yes": " ✓", "no": " ✗"}.get(within_text(item), "")
+            line.append(f"{_num(mean)} ({paper}){mark}")
+        rows.append(line)
+    return ["method", *(names[c] for c in columns)], rows
+
+
+def long_rows(items: Sequence[Measured]) -> tuple[list[str], list[list[str]]]:
+    """One line per cell: measured mean ± std (n) | paper | Δ | within | curve statistics."""
+    names = column_names(list(dict.fromkeys(i.column for i in items)))
+    headers = ["column", "method", "measured", "paper", "Δ", "within max(3·std, 3)"]
+    headers += [h for _, h in CURVE_STATS]
+    rows = []
+    for item in items:
+        cmp = item.comparison
+        paper = MISSING if item.paper is None else f"{item.paper[0]:.2f} ± {item.paper[1]:.2f}"
+        rows.append(
+            [
+                names[item.column],
+                method_name(item.numbers, item.method),
+                measured_text(item),
+                paper,
+                MISSING if cmp is None else _num(cmp.delta, sign=True),
+                within_text(item),
+                *(_num(item.curve_stat(k)) for k, _ in CURVE_STATS),
+            ]
+        )
+    return headers, rows
+
+
+def tables_markdown(items: Sequence[Measured]) -> str:
+    """Per paper table: the pivot and the cell lines (no heading; docs embed this)."""
+    parts = []
+    for numbers in dict.fromkeys(i.numbers for i in items):
+        mine = [i for i in items if i.numbers == numbers]
+        table = load_table(numbers)
+        parts += [
+            f"{table.get('table', numbers)} ({numbers}), metric `{mine[0].metric}`: measured "
+            "mean over seeds (paper), ✓ within max(3·paper std, 3) points",
+            "",
+            markdown_table(*pivot(mine)),
+            "",
+            markdown_table(*long_rows(mine)),
+            "",
+        ]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def write_csv(items: Sequence[Measured], path: Path) -> None:
+    with Path(path).open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(CSV_HEADERS)
+        for item in items:
+            mean, std = item.mean_std
+            cmp = item.comparison
+            writer.writerow(
+                [
+                    item.numbers,
+                    item.column,
+                    item.method,
+                    item.metric,
+                    len(item.values),
+                    ";".join(map(str, item.seeds)),
+                    "" if mean is None else mean,
+                    "" if std is None else std,
+                    "" if item.paper is None else item.paper[0],
+                    "" if item.paper is None else item.paper[1],
+                    "" if cmp is None else cmp.delta,
+                    "" if cmp is None else cmp.tolerance,
+                    "" if cmp is None else cmp.ok,
+                    *("" if (v := item.curve_stat(k)) is None else v for k, _ in CURVE_STATS),
+                ]
+            )
+
+
+def plot(items: Sequence[Measured], path: Path, title: str) -> None:
+    """Measured (mean ± std over seeds) against the paper's number, one point per cell, the
+    diagonal and its ±3-point band."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5, 5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    shown = [i for i in items if i.paper is not None and i.values]
+    for numbers in dict.fromkeys(i.numbers for i in shown):
+        mine = [i for i in shown if i.numbers == numbers]
+        ax.errorbar(
+            [i.paper[0] for i in mine],  # type: ignore[index]
+            [i.mean_std[0] for i in mine],
+            yerr=[i.mean_std[1] or 0.0 for i in mine],
+            fmt="o",
+            capsize=3,
+            label=numbers,
+        )
+    values = [v for i in shown for v in (i.paper[0], i.mean_std[0])]  # type: ignore[index]
+    if values:
+        low, high = min(values) - 5, max(values) + 5
+        ax.plot([low, high], [low, high], color="grey", lw=1)
+        ax.fill_between([low, high], [low - 3, high - 3], [low + 3, high + 3], alpha=0.15)
+        ax.legend(fontsize=8)
+    else:
+        ax.text(
+            0.5, 0.5, "no measured cell with a paper number", ha="center", transform=ax.transAxes
+        )
+    ax.set_xlabel("paper")
+    ax.set_ylabel("measured (mean ± std over seeds)")
+    ax.set_title(title, fontsize=10)
+    fig.savefig(path, dpi=110)

@@ -1,0 +1,199 @@
+"""`python -m fedshare.reproduce`: job lists as data, resumable runs, reports, docs blocks."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from fedshare.errors import FedshareError
+from fedshare.paper.compare import entries
+from fedshare.reproduce import available_jobs, cells, launch, load_job, measure, run_cells
+from fedshare.reproduce.docs import regenerate
+from fedshare.reproduce.jobs import merged
+from fedshare.reproduce.launch import DONE, RESUME, state_of
+from fedshare.results.rundir import read_metrics
+from fedshare.run import config_dir
+
+TINY = str(Path(__file__).parent / "data" / "reproduce" / "tiny.yaml")
+PAPERS = ("xormixfl", "rebafl", "flea", "fedpft", "fedaa")
+
+
+def test_every_paper_table_has_a_job_and_its_cells_cover_the_table():
+    names = available_jobs()
+    assert {n.split("/")[0] for n in names} == set(PAPERS)
+    for name in names:
+        job = load_job(name)
+        in_table = {(e.preset, e.method) for e in entries(job.numbers[0])}
+        runnable = {m for m, o in job.methods.items() if o is not None}
+        found = cells(name, "paper", seeds=[0])
+        assert {(c.column, c.method) for c in found} == {
+            (p, m) for p, m in in_table if m in runnable
+        }, name
+        for cell in found:
+            assert cell.overrides[0] == f"experiment={cell.column.split()[0]}"
+            assert cell.overrides[-1] == "seed=0"
+
+
+def test_cell_overrides_compose_in_order_and_later_keys_win():
+    assert merged(["a=1", "b=2"], ["a=3"]) == ("b=2", "a=3")
+    (cell,) = cells("xormixfl/table2", "cpu", ["[0,2]"], ["mixfl"], [4])
+    assert cell.overrides == (
+        "experiment=xormixfl/table2",
+        "partition.target_labels=[0,2]",
+        "train.local_epochs=2",
+        "data.test_subset=2000",
+        "strategy=mixfl",
+        "seed=4",
+    )
+    assert cell.folder == "table2-partition.target_labels-0-2/mixfl/seed4"
+    # a stand-in replaces the paper's preset
+    standin = cells("fedaa/table2", "cpu", methods=["fedprox"], seeds=[0])[0].overrides
+    assert not any(o.startswith("experiment=") for o in standin) and "data=fmnist" in standin
+    assert "strategy.mu=0.01" in standin
+
+
+def test_every_scale_composes():
+    """The first cell of every scale of every table composes (the methods' overrides are
+    composed by each paper's own test file)."""
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        for name in available_jobs():
+            job = load_job(name)
+            for scale in job.scales:
+                cell = cells(name, scale, seeds=[0])[0]
+                cfg = compose("config", overrides=list(cell.overrides))
+                strategy = job.methods[cell.method][0].removeprefix("strategy=")
+                assert cfg.strategy.name == strategy, (name, scale, cell.method)
+
+
+def test_bad_names_are_one_sentence_errors():
+    with pytest.raises(FedshareError, match="no reproducible table 'flea/table9'"):
+        load_job("flea/table9")
+    with pytest.raises(FedshareError, match="has no scale 'cpu'"):
+        cells("rebafl/table2", "cpu")
+    with pytest.raises(FedshareError, match="no method 'nope'; methods: fedavg, fedprox"):
+        cells(TINY, methods=["nope"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedshare.reproduce", "run", "flea/table9"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "no reproducible table" in proc.stderr
+
+
+def test_second_run_starts_nothing_and_report_renders(tmp_path, monkeypatch):
+    out = tmp_path / "tiny"
+    tiny = cells(TINY)
+    first = run_cells(tiny, out, jobs=2)  # two at once, through the joblib launcher
+    assert [p.state for p in first] == [DONE, DONE]
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a second run started a process")
+
+    monkeypatch.setattr(launch.subprocess, "run", refuse)
+    assert [p.state for p in run_cells(tiny, out)] == [DONE, DONE]
+    assert stamps == {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+
+    measured = {m.method: m for m in measure(tiny, load_job(TINY).numbers, out)}
+    for method in ("fedavg", "fedprox"):
+        summary = json.loads((out / f"digits_quickstart/{method}/seed0/summary.json").read_text())
+        assert measured[method].values == [summary["final_accuracy"]]
+        assert measured[method].comparison.delta == pytest.approx(
+            summary["final_accuracy"] - {"fedavg": 80.0, "fedprox": 10.0}[method]
+        )
+    # the fixture's made-up "paper" numbers: FedProx's 10 % is far below anything measured
+    assert not measured["fedprox"].comparison.ok
+
+    monkeypatch.undo()
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedshare.reproduce", "report", TINY, str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| digits_quick"))
+    assert f"{measured['fedavg'].values[0]:.2f} (1)" in row and "80.00 ± 0.00" in row
+    assert {p.name for p in out.iterdir()} >= {"report.md", "report.csv", "report.png"}
+
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"before\n<!-- reproduce:{TINY} {out} -->\nstale\n<!-- /reproduce -->\nafter\n")
+    assert regenerate([doc]) == [doc]
+    text = doc.read_text()
+    assert "stale" not in text and "80.00 ± 0.00" in text and text.endswith("after\n")
+    assert regenerate([doc], check=True) == []  # up to date now
+    gone = tmp_path / "gone.md"
+    gone.write_text(f"<!-- reproduce:{TINY} {tmp_path / 'none'} -->\nkept\n<!-- /reproduce -->\n")
+    assert regenerate([gone]) == [] and "kept" in gone.read_text()
+
+
+def test_interrupted_run_continues_from_its_checkpoint(tmp_path):
+    """SIGINT stops `run` during the cell's first rounds; the next `run` resumes that run
+    folder (its first rounds' records stay as they were) instead of starting it over."""
+    out = tmp_path / "tiny"
+    command = [sys.executable, "-m", "fedshare.reproduce", "run", TINY, "--methods", "fedavg"]
+    command += ["--out", str(out)]
+    slow = [*command, "--set", "rounds=6", "train.local_epochs=3"]
+    proc = subprocess.Popen(slow, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    metrics = out / "digits_quickstart" / "fedavg" / "seed0" / "metrics.jsonl"
+    try:
+        while not (metrics.parent / "checkpoint.pt").exists():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    folder = metrics.parent
+    assert state_of(folder) == RESUME
+    before = read_metrics(metrics)
+    assert 1 <= len(before) < 6
+    done = subprocess.run(slow, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "1 to resume" in done.stdout and "resume=true" in (out / "cells.json").read_text()
+    after = read_metrics(metrics)
+    assert [r["round"] for r in after] == list(range(1, 7))
+    assert after[: len(before)] == before
+    assert state_of(folder) == DONE
+
+
+def fake_run(folder: Path, accuracy: float, per_class: list[float], targets: list[int]) -> None:
+    """A finished run folder as the engine writes it (the files `measure` reads)."""
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(
+        json.dumps({"status": "completed", "final_accuracy": accuracy, "best_accuracy": 99.0})
+    )
+    record = {"round": 1, "accuracy": accuracy, "per_class_accuracy": per_class}
+    (folder / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    (folder / "config.yaml").write_text(f"partition:\n  target_labels: {targets}\n")
+
+
+def test_report_reads_each_tables_metric_beside_the_papers_number(tmp_path):
+    """Two seeds of XorMixFL's Table 2 cell [9] (paper 91.54) and of a Table 4 cell, whose
+    second table is the accuracy on the target label 9 (paper 52.89 for XorMixFL, M = 1,
+    α = 0.25, p = 1): the mean over the seeds, its sample std, Δ and the label's accuracy."""
+    from fedshare.reproduce.render import tables_markdown
+
+    t2 = cells("xormixfl/table2", columns=["=[9]"], methods=["xormixfl"], seeds=[0, 1])
+    for cell, acc in zip(t2, (91.0, 92.0), strict=True):
+        fake_run(tmp_path / cell.folder, acc, [0.0] * 10, [9])
+    (item,) = measure(t2, load_job("xormixfl/table2").numbers, tmp_path)
+    assert item.values == [91.0, 92.0] and item.paper == (91.54, 0.0)
+    assert item.comparison.delta == pytest.approx(91.5 - 91.54) and item.comparison.ok
+    text = tables_markdown([item])
+    assert "91.50 ± 0.71 (2)" in text and "91.50 (91.54) ✓" in text
+
+    column = "xormixfl/table4 strategy.M=1 strategy.alpha=0.25 strategy.p=1"
+    t4 = cells("xormixfl/table4", columns=[column], methods=["xormixfl"], seeds=[0, 1])
+    for cell, nine in zip(t4, (50.0, 54.0), strict=True):
+        fake_run(tmp_path / cell.folder, 90.0, [100.0] * 9 + [nine], [9])
+    test, label9 = measure(t4, load_job("xormixfl/table4").numbers, tmp_path)
+    assert (test.metric, test.values) == ("final_accuracy", [90.0, 90.0])
+    assert (label9.metric, label9.values) == ("target_label_accuracy", [50.0, 54.0])
+    assert label9.paper[0] == 52.89 and label9.comparison.ok
