@@ -203,7 +203,8 @@ def test_same_process_count_gives_the_same_bits_batched_too():
 
 def test_a_killed_rank_stops_the_run_with_a_resumable_checkpoint(tmp_path):
     """Rank 1 is killed after round 2 of 4: rank 0 stops with one sentence, its folder holds
-    round 2's checkpoint (whole, no temporary file) and a summary saying "interrupted"; the run
+    round 2's checkpoint (whole, no temporary file) and a summary saying "failed" with that
+    sentence (rank 0 sees a lost process, not a signal of its own); the run
     resumes in one process to the uninterrupted run's numbers."""
     folder = tmp_path / "run"
     build = named_run("scaffold", rounds=4, run_dir=folder)
@@ -221,7 +222,8 @@ def test_a_killed_rank_stops_the_run_with_a_resumable_checkpoint(tmp_path):
     assert ranks[0]["error"].startswith("RankFailure: a process of this run stopped")
     assert not list(folder.glob("*.tmp"))
     assert load_checkpoint(folder / "checkpoint.pt")["rounds_completed"] == 2
-    assert json.loads((folder / "summary.json").read_text())["status"] == "interrupted"
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "failed" and "a process of this run stopped" in summary["error"]
 
     uninterrupted = outcome(named_run("scaffold", rounds=4)(None))
     assert_same_run(uninterrupted, outcome(build(None), resume=True), exact=True)
