@@ -34,8 +34,8 @@ with local training's optimizer and lr (plain SGD under `train_defaults`) × 10 
 everywhere (§7 items 1–9, 17). Deviation: λ of Eq. 7 (`adv_loss_weight`) defaults to 0.03, not
 the spec's λ = 1 (§7 item 7): the paper sums the identifier term per sample but averages the
 cross-entropy and gives the term its own rate η3 without a value, so the weight is open; at
-λ = 1 the term costs one-class clients 8–16 accuracy points against Non-I, at 0.03 it is
-level with Non-I (docs/fedaa.md "The weight of Eq. 7", measured).
+λ = 1 the term costs one-class clients 8–16 accuracy points against Non-I, at 0.03 it stays
+within 0–4 points of Non-I (docs/fedaa.md "The weight of Eq. 7", measured).
 Each round's metrics log the examples' loss before/after and the share the generating model
 assigns to its target (at one class per client a locally trained model already predicts it for
 noise, §2.4), the identifiers' balanced accuracy, and the time of each stage.
