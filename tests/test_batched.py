@@ -22,7 +22,17 @@ from fedshare.strategies._local import cross_entropy_loss, train_local
 from fedshare.strategies.base import Message
 from helpers import without_wall_time
 
-SGD = {"local_epochs": 2, "batch_size": 16, "lr": 0.05, "momentum": 0.9}
+SGD = {
+    "local_epochs": 2,
+    "batch_size": 16,
+    "optimizer": "sgd",
+    "lr": 0.05,
+    "momentum": 0.9,
+    "optimizer_reset_each_step": False,
+    "lr_schedule": "constant",
+}
+"""In full: `simulate` fills unset keys from the strategy's training defaults, as the command
+line does (FLea's would be a new Adam each step with a linear decay)."""
 ADAM = {"local_epochs": 2, "batch_size": 16, "optimizer": "adam", "lr": 1e-3}
 MODELS = {"cnn_small": {}, "lenet_fmnist": {}}
 

@@ -103,7 +103,10 @@ def test_mlflow_file_store_holds_params_metrics_and_status(tmp_path):
 def test_logger_names_are_checked():
     assert [type(x) for x in make_loggers("tensorboard")] == [TensorBoardLogger]
     assert make_loggers(None) == [] and make_loggers([]) == []
-    with pytest.raises(FedshareError, match="unknown logger 'tensorbord'; valid choices: mlflow"):
+    with pytest.raises(
+        FedshareError,
+        match=r"unknown logger 'tensorbord' \(did you mean 'tensorboard'\?\); valid choices: mlflow",
+    ):
         make_loggers(["tensorbord"])
 
 
