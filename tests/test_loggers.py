@@ -105,7 +105,7 @@ def test_logger_names_are_checked():
     assert make_loggers(None) == [] and make_loggers([]) == []
     with pytest.raises(
         FedshareError,
-        match=r"unknown logger 'tensorbord' \(did you mean 'tensorboard'\?\); valid choices: mlflow",
+        match=r"unknown logger 'tensorbord' \(did you mean 'tensorboard'\?\); valid choices: ml",
     ):
         make_loggers(["tensorbord"])
 
