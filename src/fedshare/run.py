@@ -267,12 +267,18 @@ def report_sweep() -> None:
         sys.exit(SOME_MEMBERS_FAILED)
 
 
+HELP_FLAGS = {"-h", "--help", "--hydra-help", "--info", "-c", "--cfg"}
+"""Hydra's options that print and run nothing: no check of the values, so `--help` stays fast
+(checking a group's keys imports the registries, and with them torch)."""
+
+
 def main() -> None:
-    try:
-        check_overrides(sys.argv[1:], config_dir())
-        check_command_line(sys.argv[1:], config_dir())
-    except FedshareError as err:
-        fail(str(err))
+    if not HELP_FLAGS & set(sys.argv[1:]):
+        try:
+            check_overrides(sys.argv[1:], config_dir())
+            check_command_line(sys.argv[1:], config_dir())
+        except FedshareError as err:
+            fail(str(err))
     workers = requested_workers(sys.argv[1:])
     if workers > 1 and "WORLD_SIZE" not in os.environ:  # not yet started by torch's launcher
         from fedshare.engine.distributed import launch
