@@ -74,30 +74,34 @@ def gaps(paper: str, metric: str, tmp_path: Path) -> list[float]:
 @pytest.mark.slow
 def test_flea_cpu_beats_fedavg_under_label_skew(tmp_path):
     """FLea Table 1's claim on the label-skew stand-in: above FedAvg on every seed."""
-    assert all(gap > FLEA_MARGIN for gap in gaps("flea", "best_accuracy", tmp_path))
+    result = gaps("flea", "best_accuracy", tmp_path)
+    assert min(result) > FLEA_MARGIN, result
 
 
 @pytest.mark.slow
 def test_rebafl_cpu_beats_fedavg_on_pathological_fmnist(tmp_path):
     """ReBaFL Table I: above FedAvg on the last-rounds mean, every seed."""
-    assert all(gap > REBAFL_MARGIN for gap in gaps("rebafl", "last5_mean_accuracy", tmp_path))
+    result = gaps("rebafl", "last5_mean_accuracy", tmp_path)
+    assert min(result) > REBAFL_MARGIN, result
 
 
 @pytest.mark.slow
 def test_fedpft_cpu_one_shot_close_to_centralized(tmp_path):
     """FedPFT Table 2: one round of GMM statistics lands within a few points of the head
     trained on every client's features."""
-    assert all(abs(gap) < FEDPFT_MARGIN for gap in gaps("fedpft", "final_accuracy", tmp_path))
+    result = gaps("fedpft", "final_accuracy", tmp_path)
+    assert max(abs(gap) for gap in result) < FEDPFT_MARGIN, result
 
 
 @pytest.mark.slow
 def test_xormixfl_cpu_beats_vanilla_fl_on_the_missing_label(tmp_path):
     """XorMixFL Table 2: the server's missing label 9 is learnt better than by one-shot FedAvg."""
     result = gaps("xormixfl", "target_label_accuracy", tmp_path)
-    assert all(gap > XORMIXFL_MARGIN for gap in result)
+    assert min(result) > XORMIXFL_MARGIN, result
 
 
 @pytest.mark.slow
 def test_fedaa_cpu_beats_fedavg_on_one_class_clients(tmp_path):
     """FedAA Table 2: above FedAvg when every client holds one class."""
-    assert all(gap > FEDAA_MARGIN for gap in gaps("fedaa", "best_accuracy", tmp_path))
+    result = gaps("fedaa", "best_accuracy", tmp_path)
+    assert min(result) > FEDAA_MARGIN, result
