@@ -25,11 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
-from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError
 from fedshare.functional.class_gaussians import (
     ClassStatistics,
@@ -40,16 +38,16 @@ from fedshare.functional.class_gaussians import (
     unpack_symmetric,
 )
 from fedshare.models.base import require_body
-from fedshare.strategies._feature_heads import extract, head_accuracy
-from fedshare.strategies.base import Message, Phase, SetupContext, Update, register_strategy
-from fedshare.strategies.fedavg import FedAvg
+from fedshare.strategies._feature_heads import extract
+from fedshare.strategies._head_calibration import HeadCalibration
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 
 CLASSES, COUNTS, MEANS, COVARIANCES = "classes", "counts", "means", "covariances"
 
 
 @register_strategy("ccvr")
 @dataclass
-class CCVR(FedAvg):
+class CCVR(HeadCalibration):
     """FedAvg, then the head re-trained on virtual features from pooled class Gaussians."""
 
     virtual_per_class: int = 100
@@ -58,17 +56,9 @@ class CCVR(FedAvg):
     calibration_batch_size: int = 32
 
     def __post_init__(self) -> None:
-        if self.virtual_per_class < 1 or self.calibration_batch_size < 1:
-            raise FedshareError(
-                f"strategy.virtual_per_class={self.virtual_per_class} and "
-                f"strategy.calibration_batch_size={self.calibration_batch_size} must be >= 1"
-            )
-        if self.calibration_epochs < 0:
-            raise FedshareError(
-                f"strategy.calibration_epochs={self.calibration_epochs} must be >= 0"
-            )
-        if self.calibration_lr <= 0:
-            raise FedshareError(f"strategy.calibration_lr={self.calibration_lr} must be positive")
+        super().__post_init__()
+        if self.virtual_per_class < 1:
+            raise FedshareError(f"strategy.virtual_per_class={self.virtual_per_class} must be >= 1")
 
     def setup(self, ctx: SetupContext) -> None:
         require_body(ctx.model, "ccvr")
@@ -77,22 +67,7 @@ class CCVR(FedAvg):
         self.class_gaussians: ClassStatistics | None = None
         """The pooled per-class statistics of the last calibration (for inspection)."""
 
-    def phases(self) -> list[Phase]:
-        calibrate = Phase(
-            "calibrate",
-            self.broadcast,
-            self.statistics_step,
-            self.calibrate,
-            participants=self.after_training,
-            trains=False,
-        )
-        return [*super().phases(), calibrate]
-
-    def after_training(self, round_idx: int, cohort: list[int]) -> list[int]:
-        """Every client, once, after the last round's aggregation."""
-        return list(range(self.data.num_clients)) if round_idx == self.config.rounds - 1 else []
-
-    def statistics_step(self, client: Client, message: Message) -> Update:
+    def calibration_step(self, client: Client, message: Message) -> Update:
         """N_{c,k}, μ_{c,k}, Σ_{c,k} of the client's head-input features, per class it holds."""
         model = self.load_weights(client.model, message.weights)
         x, y = client.data()
@@ -127,17 +102,11 @@ class CCVR(FedAvg):
         gen = torch_generator(self.config.seed, "ccvr/virtual", device=self.device)
         self.class_gaussians = pooled.result()
         x, y = sample_virtual_features(self.class_gaussians, self.virtual_per_class, gen)
-        head = self.model.head
-        before = head_accuracy(head, x, y)
-        optimizer = torch.optim.Adam(head.parameters(), lr=self.calibration_lr)
-        batches = shuffled_positions(
-            len(y), self.calibration_batch_size, gen, self.device, self.calibration_epochs
-        )
-        fit(optimizer, batches, lambda pos: F.cross_entropy(head(x[pos]), y[pos]))
+        before, after = self.refit_head(x, y, gen)
         self.round_metrics = {
             "virtual_features": len(y),
             "virtual_accuracy_before": before,
-            "virtual_accuracy_after": head_accuracy(head, x, y),
+            "virtual_accuracy_after": after,
         }
 
     def summary_metrics(self) -> dict[str, Any]:

@@ -24,23 +24,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
-from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError
 from fedshare.models.base import require_body
-from fedshare.strategies._feature_heads import extract, head_accuracy
-from fedshare.strategies.base import Message, Phase, SetupContext, Update, register_strategy
-from fedshare.strategies.fedavg import FedAvg
+from fedshare.strategies._feature_heads import extract
+from fedshare.strategies._head_calibration import HeadCalibration
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 
 FEATURES, LABELS = "features", "labels"
 
 
 @register_strategy("feature_recalibration")
 @dataclass
-class FeatureRecalibration(FedAvg):
+class FeatureRecalibration(HeadCalibration):
     """FedAvg, then the server re-fits the classifier on uploaded features (module docstring)."""
 
     share_fraction: float = 0.1
@@ -49,33 +47,14 @@ class FeatureRecalibration(FedAvg):
     calibration_batch_size: int = 32
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 < self.share_fraction <= 1:
             raise FedshareError(f"strategy.share_fraction={self.share_fraction} must be in (0, 1]")
-        if self.calibration_epochs < 0 or self.calibration_batch_size < 1:
-            raise FedshareError(
-                f"strategy.calibration_epochs={self.calibration_epochs} must be >= 0 and "
-                f"strategy.calibration_batch_size={self.calibration_batch_size} >= 1"
-            )
 
     def setup(self, ctx: SetupContext) -> None:
         require_body(ctx.model, "feature_recalibration")
         super().setup(ctx)
         self.shared_features = 0
-
-    def phases(self) -> list[Phase]:
-        calibrate = Phase(
-            "calibrate",
-            self.broadcast,
-            self.feature_step,
-            self.calibrate,
-            participants=self.after_training,
-            trains=False,
-        )
-        return [*super().phases(), calibrate]
-
-    def after_training(self, round_idx: int, cohort: list[int]) -> list[int]:
-        """Every client, once, after the last round's aggregation."""
-        return list(range(self.data.num_clients)) if round_idx == self.config.rounds - 1 else []
 
     def summary_metrics(self) -> dict[str, Any]:
         """Privacy exposure: single-input features the server received, and their share of all
@@ -91,7 +70,7 @@ class FeatureRecalibration(FedAvg):
         model = self.global_model()
         return {"view": "features", "model": model, "split": model.num_blocks - 1}
 
-    def feature_step(self, client: Client, message: Message) -> Update:
+    def calibration_step(self, client: Client, message: Message) -> Update:
         """Features of a random `share_fraction` of the client's samples, with their labels."""
         model = self.load_weights(client.model, message.weights)
         count = max(1, int(self.share_fraction * client.num_samples))
@@ -108,17 +87,11 @@ class FeatureRecalibration(FedAvg):
         y = torch.cat([labels for _, labels in received])
         self.shared_features = len(y)
         require_body(self.model, "feature_recalibration")
-        head = self.model.head
-        before = head_accuracy(head, x, y)
         # the seed purpose of its earlier name, so the documented runs repeat exactly
         gen = torch_generator(self.config.seed, "ccvr/calibration", device=self.device)
-        optimizer = torch.optim.Adam(head.parameters(), lr=self.calibration_lr)
-        batches = shuffled_positions(
-            len(y), self.calibration_batch_size, gen, self.device, self.calibration_epochs
-        )
-        fit(optimizer, batches, lambda pos: F.cross_entropy(head(x[pos]), y[pos]))
+        before, after = self.refit_head(x, y, gen)
         self.round_metrics = {
             "calibration_features": len(y),
             "calibration_feature_accuracy_before": before,
-            "calibration_feature_accuracy_after": head_accuracy(head, x, y),
+            "calibration_feature_accuracy_after": after,
         }
