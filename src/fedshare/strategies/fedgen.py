@@ -36,14 +36,13 @@ from torch.func import functional_call
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
-from fedshare.engine.flat import FlatState
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.errors import FedshareError
 from fedshare.functional.generative import diversity_loss, ensemble_cross_entropy
 from fedshare.models.base import feature_width, require_body
 from fedshare.strategies._local import train_stacked
-from fedshare.strategies.base import ClientSetup, Message, SetupContext, Update, register_strategy
-from fedshare.strategies.fedavg import FedAvg
+from fedshare.strategies._server_generator import ServerGenerator
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 
 GENERATOR, PRIOR, COUNTS = "generator", "label_prior", "label_counts"
 
@@ -80,14 +79,13 @@ def head_prefix(model: nn.Module) -> str:
 
 @register_strategy("fedgen")
 @dataclass
-class FedGen(FedAvg):
+class FedGen(ServerGenerator):
     """FedAvg plus a latent generator trained on the clients' heads (module docstring)."""
 
     noise_dim: int = 32
     hidden: int = 256
     generator_steps: int = 50
     generator_batch: int = 32
-    generator_lr: float = 3e-4
     diversity_weight: float = 1.0
     gen_weight: float = 1.0
 
@@ -101,7 +99,9 @@ class FedGen(FedAvg):
         if self.generator_lr <= 0:
             raise FedshareError(f"strategy.generator_lr={self.generator_lr} must be positive")
 
-    def _generator(self, model: nn.Module, num_classes: int, shape: tuple, seed: int) -> nn.Module:
+    def _generator(
+        self, model: nn.Module, num_classes: int, shape: tuple[int, ...], seed: int
+    ) -> nn.Module:
         dim = feature_width(model, shape)
         seed_global_torch(seed, "fedgen/latent_generator")  # the same initial G on both sides
         return LatentGenerator(num_classes, self.noise_dim, self.hidden, dim)
@@ -109,23 +109,10 @@ class FedGen(FedAvg):
     def setup(self, ctx: SetupContext) -> None:
         require_body(ctx.model, "fedgen")
         super().setup(ctx)
-        dataset = ctx.data.dataset
-        self.generator = self._generator(
-            ctx.model, dataset.num_classes, dataset.input_shape, ctx.config.seed
-        ).to(ctx.device)
-        self.gen_flat = FlatState(self.generator)
-        self.gen_optimizer = torch.optim.Adam(self.generator.parameters(), lr=self.generator_lr)
-        self.label_totals = torch.zeros(dataset.num_classes, dtype=torch.long, device=ctx.device)
+        num_classes = ctx.data.dataset.num_classes
+        self.label_totals = torch.zeros(num_classes, dtype=torch.long, device=ctx.device)
         self.trained = False
-        self.generator_loss: float | None = None
         self.head_prefix = head_prefix(ctx.model)
-
-    def client_setup(self, ctx: ClientSetup) -> None:
-        """A scratch generator; its weights arrive in the broadcast."""
-        super().client_setup(ctx)
-        self.generator = self._generator(ctx.model, ctx.num_classes, ctx.input_shape, ctx.seed)
-        self.generator.to(ctx.device).requires_grad_(False)
-        self.gen_flat = FlatState(self.generator)
 
     # ------------------------------------------------------------------ client side
     def broadcast(self, round_idx: int) -> Message:
@@ -242,27 +229,15 @@ class FedGen(FedAvg):
         head.train(was_training)
         return float(total) / self.generator_steps
 
-    # ------------------------------------------------------------------ results, checkpoint
-    def summary_metrics(self) -> dict[str, Any]:
-        return {
-            "generator_params": sum(p.numel() for p in self.generator.parameters()),
-            "generator_loss": self.generator_loss,
-        }
-
+    # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
         return {
             **super().state_dict(),
-            "generator": self.generator.state_dict(),
-            "generator_optimizer": self.gen_optimizer.state_dict(),
-            "generator_loss": self.generator_loss,
             "label_totals": self.label_totals.clone(),
             "trained": self.trained,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self.generator.load_state_dict(state["generator"])
-        self.gen_optimizer.load_state_dict(state["generator_optimizer"])
-        self.generator_loss = state["generator_loss"]
         self.label_totals = state["label_totals"].to(self.label_totals.device)
         self.trained = state["trained"]

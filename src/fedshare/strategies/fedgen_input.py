@@ -18,9 +18,8 @@ of uniformly drawn labels ŷ, so classes a client lacks still shape its model.
 """
 
 import copy
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,13 +27,12 @@ from torch import nn
 
 from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
-from fedshare.engine.flat import FlatState
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.errors import FedshareError
 from fedshare.functional.generative import diversity_loss
 from fedshare.strategies._local import train_stacked
-from fedshare.strategies.base import ClientSetup, Message, SetupContext, Update, register_strategy
-from fedshare.strategies.fedavg import FedAvg
+from fedshare.strategies._server_generator import ServerGenerator
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 
 
 class Generator(nn.Module):
@@ -91,7 +89,7 @@ class Generator(nn.Module):
 
 @register_strategy("fedgen_input")
 @dataclass
-class FedGenInput(FedAvg):
+class FedGenInput(ServerGenerator):
     """FedAvg, then a server-trained conditional generator whose samples join local training."""
 
     warmup_rounds: int = 30
@@ -99,7 +97,6 @@ class FedGenInput(FedAvg):
     width: int = 32
     generator_steps: int = 50
     generator_batch: int = 32
-    generator_lr: float = 3e-4
     diversity_weight: float = 1.0
     gen_weight: float = 1.0
 
@@ -113,27 +110,15 @@ class FedGenInput(FedAvg):
         if self.generator_lr <= 0:
             raise FedshareError(f"strategy.generator_lr={self.generator_lr} must be positive")
 
-    def _generator(self, num_classes: int, input_shape: tuple[int, ...], seed: int) -> Generator:
+    def _generator(
+        self, model: nn.Module, num_classes: int, input_shape: tuple[int, ...], seed: int
+    ) -> Generator:
         seed_global_torch(seed, "fedgen/generator")  # the same initial G on both sides
         return Generator(num_classes, self.noise_dim, tuple(input_shape), self.width)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        dataset = ctx.data.dataset
-        shape = tuple(dataset.input_shape)
-        self.generator = self._generator(dataset.num_classes, shape, ctx.config.seed)
-        self.generator.to(ctx.device)
-        self.gen_flat = FlatState(self.generator)
-        self.gen_optimizer = torch.optim.Adam(self.generator.parameters(), lr=self.generator_lr)
-        self.generator_loss: float | None = None
         self.judge = copy.deepcopy(ctx.model).requires_grad_(False)
-
-    def client_setup(self, ctx: ClientSetup) -> None:
-        """A scratch generator; its weights arrive in the broadcast."""
-        super().client_setup(ctx)
-        self.generator = self._generator(ctx.num_classes, ctx.input_shape, ctx.seed)
-        self.generator.to(ctx.device).requires_grad_(False)
-        self.gen_flat = FlatState(self.generator)
 
     # ------------------------------------------------------------------ protocol
     def active(self, round_idx: int) -> bool:
@@ -208,24 +193,3 @@ class FedGenInput(FedAvg):
             total += loss.detach()
         self.generator.eval()
         return float(total) / self.generator_steps
-
-    # ------------------------------------------------------------------ results, checkpoint
-    def summary_metrics(self) -> dict[str, Any]:
-        return {
-            "generator_params": sum(p.numel() for p in self.generator.parameters()),
-            "generator_loss": self.generator_loss,
-        }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            **super().state_dict(),
-            "generator": self.generator.state_dict(),
-            "generator_optimizer": self.gen_optimizer.state_dict(),
-            "generator_loss": self.generator_loss,
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.generator.load_state_dict(state["generator"])
-        self.gen_optimizer.load_state_dict(state["generator_optimizer"])
-        self.generator_loss = state["generator_loss"]
