@@ -47,22 +47,27 @@ def bench_peers() -> Any:
     return sys.modules["bench_peers"]
 
 
-def one_process(workload: str, rounds: int) -> dict[str, Any]:
-    """One rank's run (or the whole run when not launched): round walls, memory, weights."""
+def one_process(workload: str, rounds: int, device: str, batched: int) -> dict[str, Any]:
+    """One rank's run (or the whole run when not launched): round walls, memory, weights.
+    `device`: cpu, or cuda (rank r on GPU r mod the visible GPUs); `batched`: clients per
+    vectorised step (`train.batched`, 0 = one at a time)."""
     from fedshare.api import init_model
     from fedshare.config import ClientsConfig, EvalConfig, SimulationConfig, TrainConfig
-    from fedshare.engine.distributed import RankGroup, launched
+    from fedshare.engine.distributed import RankGroup, launched, local_device
     from fedshare.engine.simulation import Simulation
     from fedshare.strategies import FedAvg
 
     torch.set_num_threads(1)
     peers = bench_peers()
     bench = peers.load_bench(workload, rounds + 1, peer=False)
-    group = RankGroup.join("cpu") if launched() else None
+    device = local_device(device, int(os.environ.get("LOCAL_RANK", "0")))
+    group = RankGroup.join(device) if launched() else None
     marks: list[float] = []
     cpu: list[float] = []
 
     def after_round(sim: Any, completed: int, record: Any) -> bool:
+        if device != "cpu":
+            torch.cuda.synchronize()
         marks.append(time.perf_counter())
         cpu.append(time.process_time())
         return completed >= bench.total_rounds
@@ -70,10 +75,10 @@ def one_process(workload: str, rounds: int) -> dict[str, Any]:
     config = SimulationConfig(
         rounds=bench.total_rounds + 1,
         seed=0,
-        device="cpu",
+        device=device,
         progress=False,
         clients=ClientsConfig(per_round=bench.per_round),
-        train=TrainConfig(**peers.TRAIN),
+        train=TrainConfig(**peers.TRAIN, batched=batched),
         eval=EvalConfig(every=10**6),
     )
     model = init_model("cnn_small", bench.fed, seed=0)
@@ -81,7 +86,7 @@ def one_process(workload: str, rounds: int) -> dict[str, Any]:
     marks.append(time.perf_counter())
     cpu.append(time.process_time())
     sim.run()
-    weights = sim.strategy.flat.flatten(sim.strategy.model).double()
+    weights = sim.strategy.flat.flatten(sim.strategy.model).double().cpu()
     result = {
         "round_wall_s": [b - a for a, b in itertools.pairwise(marks)][1:],
         "warmup_wall_s": marks[1] - marks[0],
@@ -90,16 +95,21 @@ def one_process(workload: str, rounds: int) -> dict[str, Any]:
         "weights": weights.tolist() if group is None or group.rank == 0 else None,
         "weights_sha": hashlib.sha256(weights.numpy().tobytes()).hexdigest()[:16],
         "interprocess_bytes": 0 if group is None else group.bytes_sent,
+        "gpu_peak_allocated_mb": (
+            torch.cuda.max_memory_allocated() / 2**20 if device != "cpu" else None
+        ),
     }
     if group is not None:
         group.close()
     return result
 
 
-def measure(workload: str, workers: int, rounds: int) -> dict[str, Any]:
+def measure(
+    workload: str, workers: int, rounds: int, device: str = "cpu", batched: int = 0
+) -> dict[str, Any]:
     """The run with `workers` processes; rank 0's timings, every rank's memory."""
     if workers == 1:
-        ranks = {0: one_process(workload, rounds)}
+        ranks = {0: one_process(workload, rounds, device, batched)}
     else:
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -113,7 +123,7 @@ def measure(workload: str, workers: int, rounds: int) -> dict[str, Any]:
             max_restarts=0,
             monitor_interval=0.5,
         )
-        ranks = elastic_launch(config, one_process)(workload, rounds)
+        ranks = elastic_launch(config, one_process)(workload, rounds, device, batched)
     first = ranks[0]
     total_sent = sum(r["interprocess_bytes"] for r in ranks.values())
     return {
@@ -123,6 +133,9 @@ def measure(workload: str, workers: int, rounds: int) -> dict[str, Any]:
         "round_cpu_s_per_process": [ranks[r]["round_cpu_s"] for r in sorted(ranks)],
         "warmup_wall_s": first["warmup_wall_s"],
         "peak_rss_mb_per_process": [ranks[r]["peak_rss_mb"] for r in sorted(ranks)],
+        "gpu_peak_allocated_mb_per_process": [
+            ranks[r]["gpu_peak_allocated_mb"] for r in sorted(ranks)
+        ],
         "interprocess_bytes_per_round": total_sent / (rounds + 1),
         "weights": first["weights"],
         "weights_sha": first["weights_sha"],
@@ -143,15 +156,18 @@ def table(workload: str, runs: list[dict[str, Any]]) -> str:
         f"### {workload}",
         "",
         "| processes | s/round (median) | rounds timed | throughput vs K=1 | CPU s/round per "
-        "process (median) | peak RSS MB per process | exchanged MB/round | max abs weight "
-        "diff vs K=1 |",
-        "|---|---|---|---|---|---|---|---|",
+        "process (median) | peak RSS MB per process | peak GPU MB per process | exchanged "
+        "MB/round | max abs weight diff vs K=1 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for k, group in sorted(by_k.items()):
         walls = [t for r in group for t in r["round_wall_s"]]
         median = statistics.median(walls)
         speed = f"{base / median:.2f}×" if base else ""
         rss = ", ".join(f"{m:.0f}" for m in group[0]["peak_rss_mb_per_process"])
+        gpu = ", ".join(
+            f"{m:.0f}" for m in group[0]["gpu_peak_allocated_mb_per_process"] if m is not None
+        )
         diff = ""
         if ref is not None:
             diff = f"{(torch.tensor(group[0]['weights']) - ref).abs().max().item():.2e}"
@@ -161,7 +177,8 @@ def table(workload: str, runs: list[dict[str, Any]]) -> str:
             for rank in range(k)
         )
         lines.append(
-            f"| {k} | {median:.2f} | {len(walls)} | {speed} | {cpus} | {rss} | {mb:.1f} | {diff} |"
+            f"| {k} | {median:.2f} | {len(walls)} | {speed} | {cpus} | {rss} | {gpu} | "
+            f"{mb:.1f} | {diff} |"
         )
     return "\n".join(lines)
 
@@ -173,13 +190,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (after 1 warm-up)")
     parser.add_argument("--cycles", type=int, default=2, help="interleaved repeats")
     parser.add_argument("--out", default="bench_workers.json")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument(
+        "--batched", type=int, default=0, help="train.batched: clients per vectorised step"
+    )
     args = parser.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {w: [] for w in args.workloads}
     for cycle in range(args.cycles):
         order = args.workers if cycle % 2 == 0 else args.workers[::-1]
         for workload in args.workloads:
             for workers in order:
-                run = measure(workload, workers, args.rounds)
+                run = measure(workload, workers, args.rounds, args.device, args.batched)
                 runs[workload].append(run)
                 walls = run["round_wall_s"]
                 print(
@@ -194,6 +215,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
+        "device": torch.cuda.get_device_name() if args.device != "cpu" else "cpu",
         "load_avg_at_end": os.getloadavg(),
         "argv": sys.argv,
         "runs": {

@@ -283,3 +283,13 @@ def test_cli_workers_killed_rank_says_which_and_resumes(tmp_path):
     )
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((out / "summary.json").read_text())["rounds_completed"] == 12
+
+
+def test_process_group_backend_is_nccl_only_with_a_gpu_per_process(monkeypatch) -> None:
+    """NCCL refuses two ranks on one GPU: more processes than GPUs fall back to gloo."""
+    from fedshare.engine.distributed import process_group_backend
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert process_group_backend("cuda:0", 2) == "nccl"
+    assert process_group_backend("cuda:1", 4) == "gloo"
+    assert process_group_backend("cpu", 1) == "gloo"

@@ -62,6 +62,14 @@ def local_device(name: str, local_rank: int) -> str:
     return "cpu" if name == "auto" else name
 
 
+def process_group_backend(device: str, local_processes: int) -> str:
+    """nccl when each of this machine's processes has a GPU of its own, else gloo: NCCL refuses
+    two ranks on one GPU, so several processes per GPU (more processes than GPUs) use gloo."""
+    if device.startswith("cuda") and local_processes <= torch.cuda.device_count():
+        return "nccl"
+    return "gloo"
+
+
 def detached(obj: Any) -> Any:
     """A copy of `obj` (an `Update`, a state dict, nested lists/tuples/dicts) whose tensors own
     compact storage: what a client step returned, safe from the next step reusing the worker's
@@ -111,7 +119,7 @@ class RankGroup:
     @classmethod
     def join(cls, device: str, timeout_s: float = 1800.0) -> "RankGroup":
         """Join the process group that torchrun / `workers=K` set up in the environment
-        (gloo on CPU, nccl on GPUs), plus a gloo group for the engine's object exchange."""
+        (`process_group_backend`), plus a gloo group for the engine's object exchange."""
         missing = [key for key in ENV_KEYS if key not in os.environ]
         if missing:
             raise FedshareError(
@@ -120,8 +128,8 @@ class RankGroup:
             )
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ["LOCAL_RANK"])
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-        if backend == "nccl":
+        backend = process_group_backend(device, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device))
         if not dist.is_initialized():
             dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
