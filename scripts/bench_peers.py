@@ -84,7 +84,14 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 LR, EPOCHS, BATCH = 0.05, 5, 32
-TRAIN = {"local_epochs": EPOCHS, "batch_size": BATCH, "lr": LR, "optimizer": "sgd"}
+TRAIN = {
+    "local_epochs": EPOCHS,
+    "batch_size": BATCH,
+    "lr": LR,
+    "optimizer": "sgd",
+    "momentum": 0.0,  # explicit: fedshare's MNIST default is momentum 0.9 (fedshare.defaults)
+    "weight_decay": 0.0,
+}
 WORKLOADS: dict[str, dict[str, int]] = {
     "W1": {"num_clients": 100, "train_images": 10_000, "per_round": 10},
     "W2": {"num_clients": 500, "train_images": 50_000, "per_round": 50},
