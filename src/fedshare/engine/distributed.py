@@ -78,13 +78,15 @@ def detached(obj: Any) -> Any:
     return obj
 
 
-def to_bytes(obj: Any) -> bytes:
+def to_bytes(obj: Any) -> memoryview:
+    """`obj` as `torch.save` bytes (a view of the buffer they were written to, not a copy)."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    return buffer.getvalue()
+    return buffer.getbuffer()
 
 
-def from_bytes(data: bytes, device: torch.device | str) -> Any:
+def from_bytes(data: Any, device: torch.device | str) -> Any:
+    """The object `to_bytes` wrote, from any bytes-like `data`, tensors on `device`."""
     return torch.load(io.BytesIO(data), map_location=device, weights_only=False)
 
 
@@ -133,15 +135,17 @@ class RankGroup:
             dist.destroy_process_group()
 
     # ------------------------------------------------------------------ collectives
-    def _exchange(self, data: bytes) -> list[bytes]:
-        """Every rank's bytes, in rank order (sizes first, then the padded buffers)."""
+    def _exchange(self, data: memoryview) -> list[memoryview | None]:
+        """Every other rank's bytes, in rank order (None in this rank's place): sizes first,
+        then the buffers, padded to the longest."""
         try:
             size = torch.tensor([len(data)], dtype=torch.int64)
             sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
             dist.all_gather(sizes, size, group=self.group)
             longest = int(max(s.item() for s in sizes))
-            mine = torch.zeros(longest, dtype=torch.uint8)
-            mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            mine = torch.empty(longest, dtype=torch.uint8)
+            if len(data):
+                mine[: len(data)] = torch.frombuffer(data, dtype=torch.uint8)
             buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
             dist.all_gather(buffers, mine, group=self.group)
         except (RuntimeError, dist.DistBackendError) as err:
@@ -151,17 +155,24 @@ class RankGroup:
                 f"{self.rank} stops too"
             ) from None
         self.bytes_sent += len(data) * (self.world - 1)
-        return [bytes(b[: int(s.item())].numpy()) for b, s in zip(buffers, sizes, strict=True)]
+        return [
+            None if rank == self.rank else memoryview(b.numpy())[: int(s.item())]
+            for rank, (b, s) in enumerate(zip(buffers, sizes, strict=True))
+        ]
 
     def gather(self, obj: Any, device: torch.device | str = "cpu") -> list[Any]:
-        """Every rank's `obj`, in rank order, tensors on `device`. A `Failed` from any rank is
-        raised on every rank (the lowest rank's first)."""
+        """Every rank's `obj`, in rank order, tensors on `device` (this rank's own `obj` as
+        given, not a copy). A `Failed` from any rank is raised on every rank (the lowest
+        rank's first)."""
         try:
             data = to_bytes(obj)
         except Exception as err:  # an exception that does not pickle still reaches every rank
             cause = obj.error if isinstance(obj, Failed) else err
-            data = to_bytes(Failed(RuntimeError(f"rank {self.rank}: {cause!r}")))
-        gathered = [from_bytes(item, device) for item in self._exchange(data)]
+            obj = Failed(RuntimeError(f"rank {self.rank}: {cause!r}"))
+            data = to_bytes(obj)
+        gathered = [
+            obj if item is None else from_bytes(item, device) for item in self._exchange(data)
+        ]
         for item in gathered:
             if isinstance(item, Failed):
                 raise item.error
