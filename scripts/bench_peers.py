@@ -401,7 +401,8 @@ def run_pfl(bench: Bench) -> nn.Module:
     return net.net
 
 
-def run_flower(bench: Bench) -> nn.Module:
+def run_flower(bench: Bench, actors: int = 1) -> nn.Module:
+    """Flower's `run_simulation` with `actors` Ray actors (1 CPU each) training clients."""
     import logging
 
     from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -487,7 +488,7 @@ def run_flower(bench: Bench) -> nn.Module:
             num_supernodes=num,
             backend_config={
                 "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                "init_args": {"num_cpus": 1, "num_gpus": 0, "include_dashboard": False},
+                "init_args": {"num_cpus": actors, "num_gpus": 0, "include_dashboard": False},
             },
         )
     finally:
