@@ -176,8 +176,10 @@ def peer_run(framework: str, workload: str, workers: int, rounds: int) -> dict[s
     if framework == "pfl":
         if workers == 1:
             ranks = {0: pfl_rank(workload, rounds)}
-        else:
-            ranks = launch(workers)(pfl_rank)(workload, rounds)
+        else:  # as torchrun starts them: pfl joins the group only in a process's main process
+            with tempfile.TemporaryDirectory(prefix="bench_pfl_") as tmp:
+                launch(workers)(sys.executable)(__file__, "--pfl-rank", workload, str(rounds), tmp)
+                ranks = {r: json.loads(Path(tmp, f"{r}.json").read_text()) for r in range(workers)}
         first = ranks[0]
         per_process = [ranks[r]["round_cpu_s"] for r in sorted(ranks)]
         return {
@@ -208,7 +210,7 @@ def launch(workers: int) -> Any:
         max_restarts=0,
         monitor_interval=0.5,
     )
-    return functools.partial(elastic_launch, config)
+    return functools.partial(elastic_launch, config)  # (function or executable)(*args)
 
 
 def measure_peer(framework: str, workload: str, workers: int, rounds: int) -> dict[str, Any]:
@@ -387,7 +389,13 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=2, help="interleaved repeats")
     parser.add_argument("--out", default="bench_workers.json")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--pfl-rank", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.pfl_rank:
+        workload, rounds, folder = args.pfl_rank
+        result = pfl_rank(workload, int(rounds))
+        Path(folder, f"{os.environ['RANK']}.json").write_text(json.dumps(result))
+        return
     if args.child:
         framework, workload, workers, rounds, path = args.child
         result = peer_run(framework, workload, int(workers), int(rounds))
