@@ -84,7 +84,14 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 LR, EPOCHS, BATCH = 0.05, 5, 32
-TRAIN = {"local_epochs": EPOCHS, "batch_size": BATCH, "lr": LR, "optimizer": "sgd"}
+TRAIN = {
+    "local_epochs": EPOCHS,
+    "batch_size": BATCH,
+    "lr": LR,
+    "optimizer": "sgd",
+    "momentum": 0.0,  # explicit: fedshare's MNIST default is momentum 0.9 (fedshare.defaults)
+    "weight_decay": 0.0,
+}
 WORKLOADS: dict[str, dict[str, int]] = {
     "W1": {"num_clients": 100, "train_images": 10_000, "per_round": 10},
     "W2": {"num_clients": 500, "train_images": 50_000, "per_round": 50},
@@ -403,7 +410,8 @@ def run_pfl(bench: Bench) -> nn.Module:
     return net.net
 
 
-def run_flower(bench: Bench) -> nn.Module:
+def run_flower(bench: Bench, actors: int = 1) -> nn.Module:
+    """Flower's `run_simulation` with `actors` Ray actors (1 CPU each) training clients."""
     import logging
 
     from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -491,7 +499,7 @@ def run_flower(bench: Bench) -> nn.Module:
             num_supernodes=num,
             backend_config={
                 "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                "init_args": {"num_cpus": 1, "num_gpus": 0, "include_dashboard": False},
+                "init_args": {"num_cpus": actors, "num_gpus": 0, "include_dashboard": False},
             },
         )
     finally:
