@@ -91,6 +91,9 @@ def test_batched_clients_on_cuda_match_one_at_a_time(strategy: str) -> None:
 TWO_CLASSES = {"name": "pathological", "classes_per_client": 2, "per_class": 60}
 """Two labels per client: the noise starts away from each client's targets (CPU: mean loss
 0.79 -> 1e-4, every input hits its target)."""
+FEDAA_SGD = {**SGD, "lr": 0.01, "momentum": 0.0}
+"""FedAA's plain SGD: at lr 0.05 with momentum 0.9 its second pass diverged on the H100 host's
+CPU (2026-11-26), though not on this project's CI machine."""
 
 
 def test_fedaa_synthesis_on_cuda_uses_torch_lbfgs_and_fools_the_models() -> None:
@@ -103,7 +106,7 @@ def test_fedaa_synthesis_on_cuda_uses_torch_lbfgs_and_fools_the_models() -> None
             digits_federation(TWO_CLASSES, num_clients=5),
             "cnn_small",
             rounds=1,
-            train=SGD,
+            train=FEDAA_SGD,
             device=device,
         )
         records[device] = run.history[0]
