@@ -136,6 +136,28 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
+    "fedaa_synthesis": Target(  # Eq. 4 (fedaa.md §2.4): the server's adversarial examples
+        {
+            "src/fedshare/functional/fooling.py": (
+                "Box.clamp",
+                "fool",
+                "_scipy_lbfgsb",
+                "_torch_lbfgs",
+            ),
+            "src/fedshare/strategies/fedaa.py": ("FedAA._synthesise", "input_box"),
+        },
+        " ".join(
+            f"tests/test_fedaa.py::test_{name}"
+            for name in (
+                "torch_solver_runs_blocks_of_twenty_lbfgs_iterations_from_fresh_histories",
+                "the_box_is_the_normalised_image_of_the_stored_range",
+                "synthesis_starts_from_scaled_clamped_noise_and_reports_its_own_losses",
+                "each_clients_examples_fool_its_own_model_with_its_own_labels_and_noise",
+                "synthesis_drives_the_frozen_models_loss_down_inside_the_box",
+                "finetune_uses_only_the_other_clients_examples",
+            )
+        ),
+    ),
 }
 """Methods not listed here have not been run yet (docs/mutation.md)."""
 
