@@ -158,6 +158,59 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
+    "rebafl": Target(  # rebafl.md §2: R-BSM (Eqs. 9-10), prototypes (Eqs. 15, 18, 21, 23)
+        {
+            "src/fedshare/functional/calibration.py": (
+                "class_counts",
+                "check_eps",
+                "relaxed_prior",
+                "log_relaxed_prior",
+                "balanced_softmax_loss",
+            ),
+            "src/fedshare/functional/prototypes.py": (
+                "class_means",
+                "feature_prototypes",
+                "pack",
+                "unpack",
+                "PrototypeAverager.add",
+                "PrototypeAverager.result",
+                "cyclic_targets",
+                "transfer_features",
+            ),
+            "src/fedshare/strategies/rebafl.py": (
+                "ReBaFL.client_eps_of",
+                "ReBaFL.broadcast",
+                "ReBaFL.client_update",
+                "ReBaFL.batched_update",
+                "ReBaFL._plan",
+                "ReBaFL._upload",
+                "ReBaFL._plain_loss",
+                "ReBaFL._local_loss",
+                "ReBaFL.aggregate",
+            ),
+        },
+        " ".join(
+            f"tests/test_rebafl.py::test_{name}"
+            for name in (
+                "rbsm_with_eps_one_is_plain_cross_entropy",
+                "rbsm_with_eps_zero_is_balanced_softmax_over_present_classes",
+                "relaxed_prior_matches_the_worked_numbers",
+                "one_class_client_bsm_loss_and_gradient_are_zero_but_not_under_rbsm",
+                "absent_class_row_is_frozen_by_bsm_and_pushed_less_by_rbsm_than_softmax",
+                "bad_calibration_values_are_rejected",
+                "prototypes_are_exact_class_means",
+                "feature_prototypes_use_the_penultimate_features",
+                "transfer_keeps_the_deviation_and_the_target_prototype",
+                "full_batch_of_fifty_targets_every_class_five_times",
+                "augmentation_loss_trains_only_the_classifier",
+                "server_prototypes_are_the_count_weighted_mean_of_reporters",
+                "rebafl_aggregate_averages_reported_prototypes_and_forgets_unreported",
+                "rebafl_shares_only_prototypes_of_held_classes",
+                "each_method_runs_and_learns[rebafl]",
+            )
+        )
+        + " tests/test_batched.py::test_strategies_with_per_client_state_run_batched[rebafl]",
+    ),
 }
 """Methods not listed here have not been run yet (docs/mutation.md)."""
 
