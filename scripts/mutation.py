@@ -211,6 +211,72 @@ METHODS: dict[str, Target] = {
         )
         + " tests/test_batched.py::test_strategies_with_per_client_state_run_batched[rebafl]",
     ),
+    "fedpft": Target(  # fedpft.md §2: per-class GMMs by EM, the wire, sampling, the head
+        {
+            "src/fedshare/functional/gmm.py": (
+                "GaussianMixture.full_covariances",
+                "GaussianMixture.log_prob",
+                "GaussianMixture.sample",
+                "_component_log_prob",
+                "_m_step",
+                "kmeans_labels",
+                "fit_gmm",
+                "point_mass",
+                "unpack_mixtures",
+            ),
+            "src/fedshare/strategies/fedpft.py": (
+                "FedPFT.fit_class",
+                "FedPFT.local_mixtures",
+                "FedPFT.synthesize",
+                "FedPFT.aggregate",
+            ),
+        },
+        "tests/test_gmm.py"
+        " tests/test_fedpft.py::test_fedpft_is_deterministic_and_seed_dependent"
+        " tests/test_fedpft.py::test_shrink_policy_and_per_client_components"
+        " tests/test_fedpft.py::test_engine_bytes_equal_the_formula",
+    ),
+    "xormixfl": Target(  # xormixfl.md §3: blends (Eq. 1), XOR encode / decode (Eqs. 2-3)
+        {
+            "src/fedshare/functional/xor_mixup.py": (
+                "to_bytes",
+                "from_bytes",
+                "quantize",
+                "binarize",
+                "blend",
+                "xor_reduce",
+                "xor_code",
+                "draw_distinct",
+                "blend_by_label",
+            ),
+            "src/fedshare/functional/mixup.py": ("fold_weights", "mix", "soft_labels"),
+            "src/fedshare/strategies/xormixfl.py": (
+                "SampleSharing.client_update",
+                "SampleSharing.aggregate",
+                "XorMixFL._keys",
+                "XorMixFL.encode",
+                "XorMixFL.augment",
+                "MixFL._weights",
+                "MixFL.encode",
+                "MixFL.augment",
+            ),
+        },
+        " ".join(
+            f"tests/test_xormixfl.py::test_{name}"
+            for name in (
+                "blend_arithmetic",
+                "blend_by_label_draws_distinct_samples_of_the_right_label",
+                "background_passes_through_the_code_and_the_decoding",
+                "decoding_with_the_devices_own_keys_is_exact",
+                "uploads_are_codes_of_the_recorded_contributors",
+                "mixfl_uploads_midpoints_with_soft_labels_at_alpha_half",
+                "mixfl_mix_order_and_ratio",
+                "mixfl_equal_order_uploads_the_plain_mean",
+                "quotas_balance_the_server_and_split_evenly",
+                "protocol_shape_one_upload_per_device_no_model_traffic",
+            )
+        ),
+    ),
 }
 """Methods not listed here have not been run yet (docs/mutation.md)."""
 
