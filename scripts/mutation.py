@@ -20,6 +20,7 @@ Not the default test tier: it runs the selection once per mutant (minutes per me
     pip install -e ".[mutation]"    # cosmic-ray, pinned in constraints.txt
     python scripts/mutation.py fedntd feddecorr --out runs/mutation
     python scripts/mutation.py --out runs/mutation --report
+    python scripts/mutation.py flea --only soft_cross_entropy --out runs/mutation/part
 """
 
 import argparse
@@ -460,6 +461,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
     parser.add_argument("--report", action="store_true")
     parser.add_argument(
+        "--only", nargs="+", metavar="FUNCTION", help="run only these of the method's functions"
+    )
+    parser.add_argument(
         "--recheck", action="store_true", help="run only the survivors again (after new tests)"
     )
     args = parser.parse_args()
@@ -471,7 +475,22 @@ def main() -> None:
         raise SystemExit(f"unknown method {unknown[0]!r}; valid: {', '.join(METHODS)}")
     for name in args.methods or list(METHODS):
         step = recheck_method if args.recheck else run_method
-        step(name, METHODS[name], args.out, args.timeout)
+        step(name, restricted(METHODS[name], args.only), args.out, args.timeout)
+
+
+def restricted(target: Target, only: list[str] | None) -> Target:
+    """`target` with only the functions named in `only` (all when None)."""
+    if not only:
+        return target
+    modules = {
+        module: kept
+        for module, functions in target.modules.items()
+        if (kept := tuple(f for f in functions if f in only))
+    }
+    unknown = set(only) - {f for fs in modules.values() for f in fs}
+    if unknown:
+        raise SystemExit(f"not a function of the method: {', '.join(sorted(unknown))}")
+    return Target(modules, target.tests)
 
 
 if __name__ == "__main__":
