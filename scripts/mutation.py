@@ -151,6 +151,7 @@ METHODS: dict[str, Target] = {
             f"tests/test_fedaa.py::test_{name}"
             for name in (
                 "torch_solver_runs_blocks_of_twenty_lbfgs_iterations_from_fresh_histories",
+                "the_default_solve_is_scipys_lbfgsb_for_100_iterations_from_unit_noise",
                 "the_box_is_the_normalised_image_of_the_stored_range",
                 "synthesis_starts_from_scaled_clamped_noise_and_reports_its_own_losses",
                 "each_clients_examples_fool_its_own_model_with_its_own_labels_and_noise",

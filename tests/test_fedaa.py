@@ -5,6 +5,7 @@ import copy
 import warnings
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -177,6 +178,30 @@ def test_torch_solver_runs_blocks_of_twenty_lbfgs_iterations_from_fresh_historie
         assert len(made) == blocks, max_iter
     expected = {"lr": 1.0, "max_iter": 20, "history_size": 10, "line_search_fn": "strong_wolfe"}
     assert made == [expected] * 3
+
+
+def test_the_default_solve_is_scipys_lbfgsb_for_100_iterations_from_unit_noise(monkeypatch):
+    """§2.4's [REC] defaults: σ = 1 and `minimize(method="L-BFGS-B", jac=True, bounds=box)` in
+    float64 with maxiter = 100."""
+    import scipy.optimize
+
+    calls: list[dict] = []
+    minimize = scipy.optimize.minimize
+
+    def spy(fun, x0, **kwargs):
+        calls.append({"dtype": x0.dtype, **kwargs})
+        return minimize(fun, x0, **kwargs)
+
+    monkeypatch.setattr(scipy.optimize, "minimize", spy)
+    model, targets = _linear_model(), torch.tensor([0, 1, 2])
+    box = Box(torch.full((1, 6), -1.0), torch.full((1, 6), 0.5))
+    default = fool(model, targets, (6,), torch.Generator().manual_seed(2), box=box)
+    (call,) = calls
+    assert call["method"] == "L-BFGS-B" and call["jac"] is True
+    assert call["options"] == {"maxiter": 100} and call["dtype"] == np.float64
+    assert call["bounds"].lb.tolist() == [-1.0] * 18 and call["bounds"].ub.tolist() == [0.5] * 18
+    unit = fool(model, targets, (6,), torch.Generator().manual_seed(2), 1.0, box, "lbfgsb", 100)
+    assert default.loss_start == unit.loss_start
 
 
 def test_the_box_is_the_normalised_image_of_the_stored_range():

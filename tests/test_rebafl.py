@@ -116,6 +116,8 @@ def test_fedlc_offsets_and_fedrs_scaling():
 def test_bad_calibration_values_are_rejected():
     with pytest.raises(FedshareError, match="eps"):
         cal.relaxed_prior(torch.ones(C), 1.5)
+    with pytest.raises(FedshareError, match=r"eps=-0\.01 must be in \[0, 1\]"):
+        cal.relaxed_prior(torch.ones(C), -0.01)
     with pytest.raises(FedshareError, match="alpha"):
         cal.restricted_logits(torch.zeros(2, C), torch.ones(C, dtype=torch.bool), 2.0)
     with pytest.raises(FedshareError, match="alpha"):
