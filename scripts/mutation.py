@@ -201,6 +201,7 @@ METHODS: dict[str, Target] = {
                 "absent_class_row_is_frozen_by_bsm_and_pushed_less_by_rbsm_than_softmax",
                 "bad_calibration_values_are_rejected",
                 "prototypes_are_exact_class_means",
+                "the_wire_carries_the_held_classes_and_unpacks_to_the_full_table",
                 "feature_prototypes_use_the_penultimate_features",
                 "transfer_keeps_the_deviation_and_the_target_prototype",
                 "full_batch_of_fifty_targets_every_class_five_times",

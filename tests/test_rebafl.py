@@ -134,6 +134,7 @@ def test_prototypes_are_exact_class_means():
     feats = torch.randn(50, 8, generator=gen, dtype=torch.float64)
     labels = torch.randint(0, 4, (50,), generator=gen)
     labels[labels == 2] = 3  # class 2 absent
+    labels[0] = 4  # class 4 holds one sample: its mean is that sample
     means, counts = protos.class_means(feats, labels, 5)
     for c in range(5):
         rows = feats[labels == c]
@@ -153,6 +154,25 @@ def test_feature_prototypes_use_the_penultimate_features():
     assert int((counts > 0).sum()) == 2
 
 
+def test_the_wire_carries_the_held_classes_and_unpacks_to_the_full_table():
+    """§3: only the held classes travel with their counts; unpacked, the (C, d) table has zero
+    rows elsewhere. The server's broadcast carries no counts: each class it holds counts 1."""
+    P = torch.randn(C, 3, generator=torch.Generator().manual_seed(0))
+    counts = torch.zeros(C).index_put_((torch.tensor([2, 5]),), torch.tensor([4.0, 1.0]))
+    payload = protos.pack(P, counts)
+    assert payload["proto_classes"].tolist() == [2, 5]
+    assert torch.equal(payload["prototypes"], P[[2, 5]])
+    table, got, mask = protos.unpack(payload, C, 3, torch.device("cpu"))
+    assert torch.equal(table[[2, 5]], P[[2, 5]]) and not table[~mask].any()
+    assert torch.equal(got, counts) and torch.equal(mask, counts > 0)
+    broadcast = protos.pack(P, mask.float(), mask)
+    del broadcast["proto_counts"]
+    _, ones, held = protos.unpack(broadcast, C, 3, torch.device("cpu"))
+    assert torch.equal(ones, mask.float()) and torch.equal(held, mask)
+    nothing = protos.unpack({}, C, 3, torch.device("cpu"))
+    assert not any(t.any() for t in nothing)
+
+
 def test_transfer_keeps_the_deviation_and_the_target_prototype():
     gen = torch.Generator().manual_seed(0)
     P = torch.randn(C, 6, generator=gen)
@@ -168,6 +188,8 @@ def test_transfer_keeps_the_deviation_and_the_target_prototype():
     assert torch.allclose((new_h - P[new_y])[moved], (h - P[y])[moved], atol=1e-6)
     assert torch.equal(new_h[~moved], h[~moved])
     assert not moved[3] and not moved[4] and not moved[9] and not moved[19]
+    default, _ = protos.transfer_features(h, y, P, mask)
+    assert torch.equal(default, new_h)  # λ = 1 unless given (Eq. 15)
     half, _ = protos.transfer_features(h, y, P, mask, lam=0.5)
     assert torch.allclose((half - P[new_y])[moved], 0.5 * (h - P[y])[moved], atol=1e-6)
 
