@@ -337,6 +337,29 @@ def test_rebafl_shares_only_prototypes_of_held_classes():
     assert result.history[1]["augmented"] == 1.0
 
 
+def test_one_class_clients_share_and_augment_only_when_the_minimum_allows():
+    """§7.4 (the code): a client with fewer than `min_classes_for_aug` classes neither uploads
+    prototypes nor augments; with the minimum at 1 the same clients do both."""
+
+    def one_class(**params):
+        return simulate(
+            ReBaFL(**params),
+            digits_federation({**PAT, "classes_per_client": 1, "cover_all": False}, num_clients=4),
+            "cnn_small",
+            2,
+            train=TRAIN,
+            device="cpu",
+        )
+
+    alone = one_class()
+    assert [r["bytes_shared"] for r in alone.history] == [0, 0]
+    assert alone.history[1]["augmented"] == 0.0
+    allowed = one_class(min_classes_for_aug=1)
+    d = allowed.strategy.model.head.in_features
+    assert allowed.history[0]["bytes_shared"] == 4 * (4 * d + 8 + 4)  # one class each
+    assert allowed.history[1]["augmented"] == 1.0
+
+
 def test_rebafl_resume_equals_an_uninterrupted_run(tmp_path):
     full = run(ReBaFL(), rounds=4)
     run(ReBaFL(), rounds=2, run_dir=tmp_path, checkpoint={"every": 1})
