@@ -205,6 +205,7 @@ METHODS: dict[str, Target] = {
                 "feature_prototypes_use_the_penultimate_features",
                 "transfer_keeps_the_deviation_and_the_target_prototype",
                 "full_batch_of_fifty_targets_every_class_five_times",
+                "local_loss_and_its_gradient_are_rbsm_plus_mu_times_the_augmented_rbsm",
                 "augmentation_loss_trains_only_the_classifier",
                 "server_prototypes_are_the_count_weighted_mean_of_reporters",
                 "rebafl_aggregate_averages_reported_prototypes_and_forgets_unreported",

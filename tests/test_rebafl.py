@@ -233,6 +233,49 @@ def test_augmentation_loss_trains_only_the_classifier():
             assert torch.allclose(with_aug[name], without[name], atol=1e-7), name
 
 
+def test_local_loss_and_its_gradient_are_rbsm_plus_mu_times_the_augmented_rbsm():
+    """§2.4 steps 1–6 and §2.5 written out: L = CE(φ(h) + log π̂, y) + μ·CE(φ(h̃) + log π̂_aug, ỹ)
+    with h̃_k = P_t + λ(h_k − P_{y_k}) (h detached) for t = k mod C where t ≠ y_k and both hold
+    a prototype, else (h_k, y_k); π̂_aug = (1 − ε)·n_c/n + ε/C of ỹ (Eq. 10). Value and gradient."""
+    fed = digits_federation(PAT)
+    model = init_model("cnn_small", fed, seed=0)
+    strategy = ReBaFL(lam=0.7)
+    strategy.num_classes = C
+    x, y = fed.dataset.train_batch(torch.arange(24))
+    eps, mu = 0.05, 0.3
+    counts = torch.bincount(y, minlength=C).float()
+    log_prior = ((1 - eps) * counts / counts.sum() + eps / C).log()
+    P = torch.randn(C, model.head.in_features, generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(C, dtype=torch.bool)
+    mask[3] = False
+    got = strategy._local_loss(
+        eps, model, x, y, log_prior=log_prior, prototypes=P, mask=mask, weight=mu
+    )
+    h = model.features(x)
+    rows, labels = [], []
+    for k in range(len(y)):
+        t, s = k % C, int(y[k])
+        if mask[t] and mask[s] and t != s:
+            rows.append(P[t] + 0.7 * (h[k].detach() - P[s]))
+            labels.append(t)
+        else:
+            rows.append(h[k].detach())
+            labels.append(s)
+    y_aug = torch.tensor(labels)
+    assert (y_aug != y).any() and (y_aug == y).any()
+    aug_counts = torch.bincount(y_aug, minlength=C).float()
+    aug_prior = ((1 - eps) * aug_counts / len(y) + eps / C).log()
+    expected = F.cross_entropy(model.head(h) + log_prior, y) + mu * F.cross_entropy(
+        model.head(torch.stack(rows)) + aug_prior, y_aug
+    )
+    torch.testing.assert_close(got, expected)
+    params = list(model.parameters())
+    for a, b in zip(
+        torch.autograd.grad(got, params), torch.autograd.grad(expected, params), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_server_prototypes_are_the_count_weighted_mean_of_reporters():
     avg = protos.PrototypeAverager(4, 3)
     a, b = torch.randn(4, 3), torch.randn(4, 3)
