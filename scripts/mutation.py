@@ -209,6 +209,7 @@ METHODS: dict[str, Target] = {
                 "augmentation_loss_trains_only_the_classifier",
                 "server_prototypes_are_the_count_weighted_mean_of_reporters",
                 "rebafl_aggregate_averages_reported_prototypes_and_forgets_unreported",
+                "a_batched_chunk_of_clients_with_different_eps_steps_each_client_serially",
                 "rebafl_shares_only_prototypes_of_held_classes",
                 "one_class_clients_share_and_augment_only_when_the_minimum_allows",
                 "each_method_runs_and_learns[rebafl]",

@@ -3,6 +3,7 @@
 
 import math
 from functools import partial
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from fedshare.errors import FedshareError
 from fedshare.functional import calibration as cal
 from fedshare.functional import prototypes as protos
 from fedshare.strategies import SetupContext, Update, make_strategy
+from fedshare.strategies.base import Message
 from fedshare.strategies.rebafl import ReBaFL
 from helpers import digits_federation, without_wall_time
 
@@ -401,6 +403,28 @@ def test_one_class_clients_share_and_augment_only_when_the_minimum_allows():
     d = allowed.strategy.model.head.in_features
     assert allowed.history[0]["bytes_shared"] == 4 * (4 * d + 8 + 4)  # one class each
     assert allowed.history[1]["augmented"] == 1.0
+
+
+def test_a_batched_chunk_of_clients_with_different_eps_steps_each_client_serially():
+    """§7.15: the batched step shares one ε per chunk, so a chunk whose clients differ in ε runs
+    `client_update` client by client, and a chunk with one ε steps batched."""
+
+    class Batched(Exception):
+        pass
+
+    def batched(*args):
+        raise Batched
+
+    strategy = ReBaFL(eps=0.1, client_eps={"1": 0.2})
+    serial: list[int] = []
+    strategy.client_update = lambda client, message: serial.append(client.id) or client.id
+    strategy.load_weights = batched  # the batched path's first step
+    clients = [SimpleNamespace(id=i, model=None) for i in range(3)]
+    assert strategy.batched_update(clients, Message()) == [0, 1, 2] == serial
+    serial.clear()
+    with pytest.raises(Batched):
+        strategy.batched_update([clients[0], clients[2]], Message())
+    assert serial == []
 
 
 def test_rebafl_resume_equals_an_uninterrupted_run(tmp_path):
