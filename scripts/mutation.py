@@ -207,6 +207,7 @@ METHODS: dict[str, Target] = {
                 "full_batch_of_fifty_targets_every_class_five_times",
                 "local_loss_and_its_gradient_are_rbsm_plus_mu_times_the_augmented_rbsm",
                 "augmentation_loss_trains_only_the_classifier",
+                "the_plan_refreshes_the_clients_own_classes_and_keeps_the_other_received_ones",
                 "server_prototypes_are_the_count_weighted_mean_of_reporters",
                 "rebafl_aggregate_averages_reported_prototypes_and_forgets_unreported",
                 "a_batched_chunk_of_clients_with_different_eps_steps_each_client_serially",

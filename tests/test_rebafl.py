@@ -278,6 +278,47 @@ def test_local_loss_and_its_gradient_are_rbsm_plus_mu_times_the_augmented_rbsm()
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_the_plan_refreshes_the_clients_own_classes_and_keeps_the_other_received_ones():
+    """Eq. 18 (§7.2): before training, the client's own classes take its feature means under
+    the received model, the other received prototypes are kept and classes nobody holds stay
+    absent; without the refresh the received set is used as is. The prior is Eq. 10 of the
+    client's counts with its ε."""
+    fed = digits_federation(PAT)
+    model = init_model("cnn_small", fed, seed=0)
+    d = model.head.in_features
+    x, y = fed.dataset.train_batch(torch.from_numpy(fed.partition.client_indices[0]))
+    held = sorted(set(y.tolist()))
+    other = next(c for c in range(C) if c not in held)
+    received = torch.zeros(C, dtype=torch.bool)
+    received[[held[0], other]] = True
+    P = torch.randn(C, d, generator=torch.Generator().manual_seed(0))
+    payload = protos.pack(P, received.float(), received)
+    del payload["proto_counts"]
+    client = SimpleNamespace(
+        id=0, labels=y, num_classes=C, device=torch.device("cpu"), data=lambda: (x, y)
+    )
+
+    def plan(**params):
+        strategy = ReBaFL(eps=0.05, **params)
+        strategy.num_classes, strategy.dim = C, d
+        return strategy._plan(client, model, Message(payload=payload))
+
+    refreshed = plan()
+    own, _ = protos.feature_prototypes(model, x, y, C)
+    expected = received.clone()
+    expected[held] = True
+    assert refreshed.augment and torch.equal(refreshed.mask, expected)
+    assert torch.equal(refreshed.prototypes[held], own[held])
+    assert torch.equal(refreshed.prototypes[other], P[other])
+    assert not refreshed.prototypes[~expected].any()
+    counts = torch.bincount(y, minlength=C).float()
+    prior = (0.95 * counts / counts.sum() + 0.05 / C).log()
+    torch.testing.assert_close(refreshed.log_prior, prior)
+    as_received = plan(refresh_own_prototypes=False)
+    assert torch.equal(as_received.mask, received)
+    assert torch.equal(as_received.prototypes[received], P[received])
+
+
 def test_server_prototypes_are_the_count_weighted_mean_of_reporters():
     avg = protos.PrototypeAverager(4, 3)
     a, b = torch.randn(4, 3), torch.randn(4, 3)
