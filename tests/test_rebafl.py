@@ -287,8 +287,11 @@ def test_the_plan_refreshes_the_clients_own_classes_and_keeps_the_other_received
     model = init_model("cnn_small", fed, seed=0)
     d = model.head.in_features
     x, y = fed.dataset.train_batch(torch.from_numpy(fed.partition.client_indices[0]))
+    other, single = [c for c in range(C) if c not in set(y.tolist())][:2]
+    one = torch.nonzero(fed.dataset.y_train == single)[0]  # a class with a single sample
+    x1, y1 = fed.dataset.train_batch(one)
+    x, y = torch.cat([x, x1]), torch.cat([y, y1])
     held = sorted(set(y.tolist()))
-    other = next(c for c in range(C) if c not in held)
     received = torch.zeros(C, dtype=torch.bool)
     received[[held[0], other]] = True
     P = torch.randn(C, d, generator=torch.Generator().manual_seed(0))
@@ -317,6 +320,10 @@ def test_the_plan_refreshes_the_clients_own_classes_and_keeps_the_other_received
     as_received = plan(refresh_own_prototypes=False)
     assert torch.equal(as_received.mask, received)
     assert torch.equal(as_received.prototypes[received], P[received])
+    x, y = x[y == held[0]], y[y == held[0]]  # one class: below the minimum of 2 (§7.4)
+    client.labels = y
+    lonely = plan()
+    assert not lonely.augment and lonely.data is None
 
 
 def test_server_prototypes_are_the_count_weighted_mean_of_reporters():
@@ -329,6 +336,10 @@ def test_server_prototypes_are_the_count_weighted_mean_of_reporters():
     assert torch.allclose(P[0], (10 * a[0] + 30 * b[0]) / 40)
     assert torch.allclose(P[1], b[1]) and torch.allclose(P[2], a[2])
     assert torch.equal(P[3], torch.zeros(3))
+    one = protos.PrototypeAverager(2, 3)
+    one.add(a[:2], torch.tensor([1.0, 0.0]))  # one sample in all still makes a prototype
+    P, mask = one.result()
+    assert mask.tolist() == [True, False] and torch.equal(P[0], a[0])
 
 
 def test_rebafl_aggregate_averages_reported_prototypes_and_forgets_unreported():
