@@ -210,6 +210,7 @@ METHODS: dict[str, Target] = {
                 "the_plan_refreshes_the_clients_own_classes_and_keeps_the_other_received_ones",
                 "server_prototypes_are_the_count_weighted_mean_of_reporters",
                 "rebafl_aggregate_averages_reported_prototypes_and_forgets_unreported",
+                "prototype_memory_last_keeps_a_class_until_it_is_reported_again",
                 "a_batched_chunk_of_clients_with_different_eps_steps_each_client_serially",
                 "rebafl_shares_only_prototypes_of_held_classes",
                 "one_class_clients_share_and_augment_only_when_the_minimum_allows",

@@ -324,6 +324,9 @@ def test_the_plan_refreshes_the_clients_own_classes_and_keeps_the_other_received
     client.labels = y
     lonely = plan()
     assert not lonely.augment and lonely.data is None
+    x, y = torch.cat([x, x1]), torch.cat([y, y1])
+    client.labels = y
+    assert plan(mu=0.0).data is None  # μ = 0: nothing but the weights is exchanged
 
 
 def test_server_prototypes_are_the_count_weighted_mean_of_reporters():
@@ -367,6 +370,25 @@ def test_rebafl_aggregate_averages_reported_prototypes_and_forgets_unreported():
     n3 = torch.zeros(C).index_fill_(0, torch.tensor([5]), 7.0)
     strategy.aggregate(iter([Update(2, 7, weights=weights, payload=protos.pack(p1, n3))]), 1)
     assert strategy.proto_mask.nonzero().flatten().tolist() == [5]
+
+
+def test_prototype_memory_last_keeps_a_class_until_it_is_reported_again():
+    """§7.3 `prototype_memory="last"`: a class nobody reports this round keeps its last global
+    prototype; a reported class takes the new mean."""
+    fed = digits_federation(PAT)
+    model = init_model("cnn_small", fed, seed=0)
+    strategy = ReBaFL(prototype_memory="last")
+    strategy.setup(SetupContext(model, fed, SimulationConfig(), torch.device("cpu")))
+    d, weights = model.head.in_features, strategy.flat.flatten(model)
+    p1, p2 = torch.randn(C, d), torch.randn(C, d)
+    n1 = torch.zeros(C).index_fill_(0, torch.tensor([0, 1]), 4.0)
+    strategy.aggregate(iter([Update(0, 8, weights=weights, payload=protos.pack(p1, n1))]), 0)
+    n2 = torch.zeros(C).index_fill_(0, torch.tensor([1, 5]), 3.0)
+    strategy.aggregate(iter([Update(1, 6, weights=weights, payload=protos.pack(p2, n2))]), 1)
+    assert strategy.proto_mask.nonzero().flatten().tolist() == [0, 1, 5]
+    assert torch.equal(strategy.prototypes[0], p1[0])
+    assert torch.allclose(strategy.prototypes[[1, 5]], p2[[1, 5]])
+    assert not strategy.prototypes[[2, 3, 4, 6, 7, 8, 9]].any()
 
 
 # ----------------------------------------------------------------- §8.8 availability
