@@ -10,6 +10,12 @@ over the timed rounds (after one warm-up round), peak RSS, and the accuracy of t
 model on the first 1,000 test images (evaluated once, after the timed rounds, with the same
 code for every framework; not timed).
 
+`--device cuda` trains every framework on the GPU the way it documents: fedshare keeps the
+data on the device (`device=cuda`); FedLab (`cuda=True`) and BlazeFL (`device="cuda"`) move
+each DataLoader batch there; pfl (`PFL_PYTORCH_DEVICE=cuda`) gets its users' tensors on the
+device. Round boundaries wait for the GPU; the peak GPU memory of torch's allocator is
+reported. Flower's runner is CPU-only (its Ray wheel could not be carried to the GPU machine).
+
 Workloads: W1 = 100 clients × 100 samples (first 10,000 images), 10 per round;
 W2 = FLea's scale, 500 clients × 100 samples (first 50,000 images), 50 per round.
 
