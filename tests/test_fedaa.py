@@ -206,13 +206,18 @@ def test_the_default_solve_is_scipys_lbfgsb_for_100_iterations_from_unit_noise(m
 
 def test_the_box_is_the_normalised_image_of_the_stored_range():
     """§2.4: bounds = the normalised image of [0, 255] (here (0 − 0.5)/0.25 and
-    (1 − 0.5)/0.25); data not stored as uint8 images is unbounded."""
+    (1 − 0.5)/0.25); data not stored as uint8 is bounded by its stored training range."""
     data = toy_images()
     box = input_box(data, torch.device("cpu"))
     assert torch.equal(box.low, torch.full((1, 3, 16, 16), -2.0))
     assert torch.equal(box.high, torch.full((1, 3, 16, 16), 2.0))
-    floats = Dataset("f", data.x_train.float(), data.y_train, data.x_test, data.y_test, 4)
-    assert input_box(floats, torch.device("cpu")) is None
+    x = torch.linspace(-3.0, 5.0, 4 * 6).view(4, 6)
+    floats = Dataset(
+        "f", x, torch.arange(4), x, torch.arange(4), 4, scale=0.5, mean=(1.0,), std=(2.0,)
+    )
+    box = input_box(floats, torch.device("cpu"))
+    assert torch.equal(box.low, torch.full((1, 6), (-3.0 * 0.5 - 1.0) / 2.0))
+    assert torch.equal(box.high, torch.full((1, 6), (5.0 * 0.5 - 1.0) / 2.0))
 
 
 def test_each_clients_examples_fool_its_own_model_with_its_own_labels_and_noise():

@@ -436,12 +436,17 @@ def with_label_set(client: Client, update: Update) -> Update:
     return update
 
 
-def input_box(dataset: Any, device: torch.device) -> Box | None:
-    """The model-input image of the valid stored range for uint8 images ([0, 255] scaled and
-    normalised as the dataset prepares them); None (unbounded) for other data."""
-    if dataset.x_train.dtype != torch.uint8:
-        return None
+def input_box(dataset: Any, device: torch.device) -> Box:
+    """The model-input image of the valid stored range: [0, 255] for uint8 images, else the
+    stored training inputs' overall [min, max] (e.g. [0, 16] for digits), scaled and normalised
+    as the dataset prepares them. Deviation: the spec bounds images only; unbounded, L-BFGS drove
+    digits' inputs to ~5e3 and the fine-tune on them diverged (non-finite loss)."""
     shape = (1, *dataset.input_shape)
-    low = torch.zeros(shape, dtype=torch.uint8, device=device)
-    high = torch.full(shape, 255, dtype=torch.uint8, device=device)
+    x = dataset.x_train
+    if x.dtype == torch.uint8:
+        low, high = torch.tensor(0, dtype=torch.uint8), torch.tensor(255, dtype=torch.uint8)
+    else:
+        low, high = x.min().cpu(), x.max().cpu()
+    low = torch.full(shape, low.item(), dtype=x.dtype, device=device)
+    high = torch.full(shape, high.item(), dtype=x.dtype, device=device)
     return Box(dataset.prepare(low), dataset.prepare(high))
