@@ -136,6 +136,39 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
+    # ---- baselines (issue 33, helper m33b)
+    "scaffold": Target(
+        {
+            "src/fedshare/strategies/scaffold.py": (
+                "Scaffold.client_update",
+                "Scaffold.batched_update",
+                "Scaffold._c_i",
+                "Scaffold._upload",
+                "Scaffold.aggregate",
+            ),
+        },
+        " ".join(
+            f"tests/test_scaffold_feddyn.py::test_scaffold_{name}"
+            for name in (
+                "option_ii_equations_exactly",
+                "without_control_updates_keeps_c_zero_and_is_fedavg",
+                "after_step_correction_is_rebafls_code_exactly",
+                "after_step_equals_the_gradient_form_for_plain_sgd",
+            )
+        ),
+    ),
+    "feddyn": Target(
+        {
+            "src/fedshare/strategies/feddyn.py": (
+                "FedDyn.client_update",
+                "FedDyn.batched_update",
+                "FedDyn._grad_k",
+                "FedDyn._upload",
+                "FedDyn.aggregate",
+            ),
+        },
+        "tests/test_scaffold_feddyn.py::test_feddyn_equations_exactly",
+    ),
 }
 """Methods not listed here have not been run yet (docs/mutation.md)."""
 

@@ -82,10 +82,27 @@ def client_data(fed):
     return [(fed.dataset.train_batch(ix), int(ix.numel())) for ix in fed.client_indices]
 
 
-def scaffold_by_hand(fed, start, cohorts, lr_global, momentum=0.0, after_step=False):
-    """Option II with the server's Σ_S (n_i/n)·Δc_i; local SGD on g − c_i + c, or (after_step)
-    SGD with momentum on g followed by y −= η(c − c_i), as ReBaFL's code."""
-    eta, steps, n = 0.1, 3, sum(fed.client_sizes)
+def clipped(g: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """torch's `clip_grad_norm_` on one flat gradient (0: off)."""
+    return g * min(1.0, max_norm / (float(g.norm()) + 1e-6)) if max_norm else g
+
+
+def scaffold_by_hand(
+    fed,
+    start,
+    cohorts,
+    lr_global,
+    momentum=0.0,
+    after_step=False,
+    steps=3,
+    clip_norm=0.0,
+    by_fraction=True,
+):
+    """Option II (Karimireddy et al. 2020, Algorithm 1 with option II of Eq. 4) with the
+    server's c += Σ_S (n_i/n)·Δc_i (`by_fraction`; else the cohort's n_i-weighted mean of
+    Δc_i); local SGD on clip(g) − c_i + c, or (after_step) SGD with momentum on clip(g)
+    followed by y −= η(c − c_i), as ReBaFL's code; K = `steps` full-batch steps."""
+    eta, n = 0.1, sum(fed.client_sizes)
     data = client_data(fed)
     x, c = flat(start), torch.zeros(650)
     c_i = [torch.zeros(650) for _ in data]
@@ -95,7 +112,7 @@ def scaffold_by_hand(fed, start, cohorts, lr_global, momentum=0.0, after_step=Fa
             (xb, yb), n_k = data[k]
             y, buf = x.clone(), None
             for _ in range(steps):
-                g = full_gradient(y, xb, yb)
+                g = clipped(full_gradient(y, xb, yb), clip_norm)
                 if not after_step:
                     g = g - c_i[k] + c
                 buf = g if buf is None else momentum * buf + g
@@ -108,16 +125,53 @@ def scaffold_by_hand(fed, start, cohorts, lr_global, momentum=0.0, after_step=Fa
             n_s += n_k
             c_i[k] = new
         x = x + lr_global * (sum(ys) / n_s - x)
-        c = c + sum(dcs) / n
+        c = c + sum(dcs) / (n if by_fraction else n_s)
     return x, c
 
 
-def test_scaffold_option_ii_equations_exactly():
-    fed, start, result, cohorts = tiny_run(Scaffold(lr_global=0.5))
-    x, c = scaffold_by_hand(fed, start, cohorts, 0.5)
+@pytest.mark.parametrize(
+    ("params", "train"),
+    [
+        ({"lr_global": 0.5}, {}),
+        ({"lr_global": 0.5}, {"batched": 2}),
+        ({"clip_norm": 0.5, "scale_c_by_fraction": False}, {"local_epochs": 1}),
+        ({"clip_norm": 0.5, "scale_c_by_fraction": False}, {"local_epochs": 1, "batched": 2}),
+    ],
+    ids=["serial", "batched", "clipped-cohort-mean-one-step", "clipped-batched"],
+)
+def test_scaffold_option_ii_equations_exactly(params, train):
+    """x and c after three rounds equal option II written out by hand, serial and batched;
+    also with the gradient clipped (ReBaFL's setting), c moved by the cohort's mean Δc_i, and
+    K = 1 local step (the control update must not need more)."""
+    train = {**FULL_BATCH, **train}
+    fed, start, result, cohorts = tiny_run(Scaffold(**params), train)
+    x, c = scaffold_by_hand(
+        fed,
+        start,
+        cohorts,
+        params.get("lr_global", 1.0),
+        steps=train["local_epochs"],
+        clip_norm=params.get("clip_norm", 0.0),
+        by_fraction=params.get("scale_c_by_fraction", True),
+    )
     got = result.strategy
     assert torch.allclose(flat(got.model.parameters()).detach(), x, atol=1e-5)
     assert torch.allclose(got.c, c, atol=1e-4)
+    assert c.norm() > 0.1  # the controls moved
+    if params.get("clip_norm"):  # the clip acted: the first raw gradient is longer
+        assert full_gradient(flat(start), *client_data(fed)[cohorts[0][0]][0]).norm() > 1.0
+
+
+def test_scaffold_without_control_updates_keeps_c_zero_and_is_fedavg():
+    """`update_controls=false`: no client or server control moves, the rounds are FedAvg's
+    (the paper's SCAFFOLD with c = c_i = 0)."""
+    fed, start, result, cohorts = tiny_run(Scaffold(update_controls=False))
+    got = result.strategy
+    assert torch.equal(got.c, torch.zeros_like(got.c))
+    x, _ = scaffold_by_hand(fed, start, cohorts, 1.0)
+    fedavg_x = flat(tiny_run(FedAvg())[2].strategy.model.parameters()).detach()
+    assert torch.allclose(flat(got.model.parameters()).detach(), fedavg_x, atol=1e-6)
+    assert not torch.allclose(fedavg_x, x, atol=1e-4)  # SCAFFOLD's controls would differ
 
 
 def test_scaffold_after_step_correction_is_rebafls_code_exactly():
@@ -188,10 +242,16 @@ def test_rebafl_tables_name_the_forms_their_momentum_needs(table):
                 plain.setup(context)
 
 
+@pytest.mark.parametrize("batched", [0, 2], ids=["serial", "batched"])
 @pytest.mark.parametrize("mean", ["samples", "plain"])
-def test_feddyn_equations_exactly(mean):
+def test_feddyn_equations_exactly(mean, batched):
+    """θ and h after three rounds equal FedDyn's Algorithm 1 (Acar et al. 2021) written out by
+    hand: local steps on ∇L_k − ∇L_k(θ_k^{t−1}) + α(θ − θ^{t−1}), the state update, h and the
+    server model, with the cohort's mean weighted by samples or plain."""
     alpha = 0.1
-    fed, start, result, cohorts = tiny_run(FedDyn(alpha=alpha, mean=mean))
+    fed, start, result, cohorts = tiny_run(
+        FedDyn(alpha=alpha, mean=mean), {**FULL_BATCH, "batched": batched}
+    )
     eta, steps, m = 0.1, 3, 5
     data = client_data(fed)
     theta, h = flat(start), torch.zeros(650)
