@@ -169,6 +169,18 @@ METHODS: dict[str, Target] = {
         },
         "tests/test_scaffold_feddyn.py::test_feddyn_equations_exactly",
     ),
+    "fedprox": Target(
+        {
+            "src/fedshare/strategies/fedprox.py": (
+                "proximal_grads",
+                "add_proximal_grad_",
+                "FedProx.client_update",
+                "FedProx.batched_update",
+            ),
+        },
+        "tests/test_moon_fedbn_fedopt.py::test_fedprox_hook_is_the_gradient_of_its_penalty"
+        " tests/test_moon_fedbn_fedopt.py::test_fedprox_rounds_equal_the_proximal_sgd_written_out",
+    ),
 }
 """Methods not listed here have not been run yet (docs/mutation.md)."""
 

@@ -16,7 +16,16 @@ from fedshare.strategies.base import SetupContext, Update
 from fedshare.strategies.fedbn import batchnorm_mask
 from fedshare.strategies.fedprox import add_proximal_grad_
 from fedshare.strategies.moon import contrastive_loss
-from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
+from helpers import (
+    DIGITS_TRAIN,
+    FULL_BATCH,
+    client_data,
+    digits_federation,
+    flat,
+    full_gradient,
+    tiny_run,
+    without_wall_time,
+)
 
 
 def run(strategy, data=None, model="cnn_small", rounds=3, tmp=None, resume=False, seed=0, frac=0.5):
@@ -276,6 +285,42 @@ def test_fedprox_hook_is_the_gradient_of_its_penalty(norm):
     add_proximal_grad_(params, anchor, mu, norm)
     for p, e in zip(params, expected, strict=True):
         torch.testing.assert_close(p.grad, e)
+
+
+def proximal_by_hand(drift: torch.Tensor, mu: float, norm: str) -> torch.Tensor:
+    """∇ of μ/2·‖w − w_g‖² (squared), or of (μ/2)·Σ_t ‖w_t − w_g,t‖ over the linear model's
+    weight and bias (plain; 0 where a tensor has not moved), at the flat drift w − w_g."""
+    if norm == "squared":
+        return mu * drift
+    parts = drift[:640], drift[640:]
+    return torch.cat([mu / 2 * d / d.norm() if d.norm() > 0 else d for d in parts])
+
+
+@pytest.mark.parametrize("batched", [0, 2], ids=["serial", "batched"])
+@pytest.mark.parametrize("norm", ["squared", "plain"])
+def test_fedprox_rounds_equal_the_proximal_sgd_written_out(norm, batched):
+    """FedProx (Li et al. 2020, Algorithm 2) on a linear model, K = 3 full-batch SGD steps
+    w ← w − η(∇F_k(w) + ∇ prox(w − w_g)), then the n_k-weighted mean (FedAvg's), three rounds
+    of two clients out of five of unequal sizes; serial and batched (each row its own norm)."""
+    mu, eta = 0.5, 0.1
+    fed, start, result, cohorts = tiny_run(
+        FedProx(mu=mu, norm=norm), {**FULL_BATCH, "batched": batched}
+    )
+    data = client_data(fed)
+    x = flat(start)
+    for cohort in cohorts:
+        total, n_s = torch.zeros_like(x), 0
+        for k in cohort:
+            (xb, yb), n_k = data[k]
+            w = x.clone()
+            for _ in range(3):
+                w = w - eta * (full_gradient(w, xb, yb) + proximal_by_hand(w - x, mu, norm))
+            total, n_s = total + n_k * w, n_s + n_k
+        x = total / n_s
+    got = flat(result.strategy.model.parameters()).detach()
+    torch.testing.assert_close(got, x, atol=1e-6, rtol=0)
+    avg = flat(tiny_run(FedAvg())[2].strategy.model.parameters()).detach()
+    assert (avg - x).abs().max() > 1e-3  # the proximal term acted
 
 
 def test_fedprox_rejects_an_unknown_norm():

@@ -6,7 +6,6 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch import nn
@@ -20,7 +19,16 @@ from fedshare.paper.compare import entries, method_overrides
 from fedshare.run import config_dir, group_params
 from fedshare.strategies import FedAvg, FedDyn, Scaffold, make_strategy
 from fedshare.strategies.base import SetupContext, Update
-from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
+from helpers import (
+    DIGITS_TRAIN,
+    FULL_BATCH,
+    client_data,
+    digits_federation,
+    flat,
+    full_gradient,
+    tiny_run,
+    without_wall_time,
+)
 
 BYTES = {"bytes_up", "bytes_down", "bytes_shared", "bytes_shared_round"}
 PLAIN_SGD = {**DIGITS_TRAIN, "momentum": 0.0}
@@ -37,51 +45,6 @@ def param_bytes(model: nn.Module) -> int:
 
 
 # ---------------------------------------------------------------- exact math on a tiny model
-FULL_BATCH = {"local_epochs": 3, "batch_size": 10_000, "lr": 0.1, "momentum": 0.0}
-"""One full batch per epoch, plain SGD: K = 3 steps of θ ← θ − η·(corrected gradient)."""
-UNEQUAL = {"name": "dirichlet", "alpha": 1.0}
-"""Five clients of unequal sizes, two of them a round: n_i/n ≠ 1/N and |S| ≠ N, so the exact
-tests tell Σ_S (n_i/n)·Δc_i from (|S|/N)·mean_S or mean_S, and α/m from α/|S|."""
-ROUNDS = 3
-
-
-def tiny_run(strategy, train=FULL_BATCH):
-    """A linear model on digits, partial participation; the clients of each round, in order."""
-    fed = digits_federation(UNEQUAL, 5)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
-    start = [p.detach().clone() for p in model.parameters()]
-    cohorts: list[list[int]] = []
-    own_aggregate = strategy.aggregate
-
-    def recording(updates: Iterable[Update], round_idx: int) -> None:
-        updates = list(updates)
-        cohorts.append([u.client_id for u in updates])
-        own_aggregate(updates, round_idx)
-
-    strategy.aggregate = recording
-    result = simulate(strategy, fed, model, rounds=ROUNDS, train=train, clients={"per_round": 2})
-    sizes = fed.client_sizes
-    assert len(set(sizes)) == len(sizes) and all(len(c) == 2 for c in cohorts)
-    assert len({k for c in cohorts for k in c}) > 2  # clients return with their state
-    return fed, start, result, cohorts
-
-
-def flat(params) -> torch.Tensor:
-    return torch.cat([p.reshape(-1) for p in params])
-
-
-def full_gradient(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    w = theta[:640].view(10, 64).requires_grad_(True)
-    b = theta[640:].clone().requires_grad_(True)
-    F.cross_entropy(x.flatten(1) @ w.T + b, y).backward()
-    return torch.cat([w.grad.reshape(-1), b.grad])
-
-
-def client_data(fed):
-    return [(fed.dataset.train_batch(ix), int(ix.numel())) for ix in fed.client_indices]
-
-
 def clipped(g: torch.Tensor, max_norm: float) -> torch.Tensor:
     """torch's `clip_grad_norm_` on one flat gradient (0: off)."""
     return g * min(1.0, max_norm / (float(g.norm()) + 1e-6)) if max_norm else g
