@@ -181,6 +181,29 @@ METHODS: dict[str, Target] = {
         "tests/test_moon_fedbn_fedopt.py::test_fedprox_hook_is_the_gradient_of_its_penalty"
         " tests/test_moon_fedbn_fedopt.py::test_fedprox_rounds_equal_the_proximal_sgd_written_out",
     ),
+    "moon": Target(
+        {
+            "src/fedshare/strategies/moon.py": (
+                "contrastive_loss",
+                "MoonNet.forward",
+                "MOON.client_update",
+                "MOON.batched_update",
+                "MOON._previous",
+                "MOON._batches",
+                "MOON._loss",
+                "MOON._upload",
+            ),
+        },
+        " ".join(
+            f"tests/test_moon_fedbn_fedopt.py::test_moon_{name}"
+            for name in (
+                "contrastive_loss_is_the_papers_formula",
+                "local_loss_is_ce_plus_mu_times_l_con_value_and_gradient",
+                "term_pulls_towards_the_global_and_away_from_the_previous_model",
+                "first_participation_contrasts_the_initial_network",
+            )
+        ),
+    ),
 }
 """Methods not listed here have not been run yet (docs/mutation.md)."""
 

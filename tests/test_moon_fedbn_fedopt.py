@@ -109,6 +109,39 @@ def test_moon_term_pulls_towards_the_global_and_away_from_the_previous_model():
     assert to_prev < ce_prev - 0.01
 
 
+@pytest.mark.parametrize("projection_dim", [0, 8], ids=["features", "projection"])
+def test_moon_local_loss_is_ce_plus_mu_times_l_con_value_and_gradient(projection_dim):
+    """MOON's Eq. 3 (Li et al. 2021), ℓ = ℓ_sup + μ·ℓ_con with ℓ_con of Eq. 2, written out by
+    hand (cosine and softmax by their formulas) on the representation z (the features, or the
+    projection head's output): the loss and its gradient in every parameter."""
+    data = digits_federation("iid", 2)
+    mu, tau = 2.0, 0.5
+    moon = MOON(mu=mu, tau=tau, projection_dim=projection_dim)
+    cpu = torch.device("cpu")
+    net, glob, prev = (moon._net(init_model("cnn_small", data, i), cpu, i) for i in range(3))
+    x, y = data.dataset.train_batch(data.client_indices[0][:16])
+    with torch.no_grad():
+        z_glob, z_prev = glob(x)[1], prev(x)[1]
+    params = list(net.parameters())
+    got = moon._loss(net, x, y, z_glob, z_prev)
+    got_grads = torch.autograd.grad(got, params)
+
+    f = net.model.features(x).flatten(1)
+    z = f if net.projection is None else net.projection(f)
+
+    def cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1))
+
+    pos, neg = torch.exp(cos(z, z_glob) / tau), torch.exp(cos(z, z_prev) / tau)
+    l_con = -torch.log(pos / (pos + neg)).mean()
+    logits = net.model.head(f)
+    l_sup = -(logits - logits.exp().sum(1, keepdim=True).log())[torch.arange(16), y].mean()
+    expected = l_sup + mu * l_con
+    torch.testing.assert_close(got, expected)
+    for g, e in zip(got_grads, torch.autograd.grad(expected, params), strict=True):
+        torch.testing.assert_close(g, e, atol=1e-6, rtol=1e-4)
+
+
 def test_moon_first_participation_contrasts_the_initial_network():
     """MOON's code: a client's previous model before it ever trained is its untrained network
     (here the run's initial model), not the global model; in round 0 they coincide."""
