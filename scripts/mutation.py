@@ -204,6 +204,20 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
+    "fedmix": Target(
+        {
+            "src/fedshare/strategies/fedmix.py": ("fedmix_loss",),
+            "src/fedshare/functional/mixup.py": ("mix_pair",),
+        },
+        " ".join(
+            f"tests/test_fedmix_loss.py::test_{name}"
+            for name in (
+                "code_form_is_soft_cross_entropy_on_the_beta_mix",
+                "naivemix_weighs_the_local_and_the_mean_label_by_one_minus_lambda_and_lambda",
+                "fedmix_is_the_first_order_expansion_with_its_local_term",
+            )
+        ),
+    ),
 }
 """Methods not listed here have not been run yet (docs/mutation.md)."""
 
