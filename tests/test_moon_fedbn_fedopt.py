@@ -356,6 +356,22 @@ def test_fedprox_rounds_equal_the_proximal_sgd_written_out(norm, batched):
     assert (avg - x).abs().max() > 1e-3  # the proximal term acted
 
 
+def test_fedprox_batched_rows_take_their_own_plain_norm():
+    """Mini-batches of equal shape stack both clients into one step (the full-batch test above
+    steps each client alone): each row's proximal gradient uses its own tensors' norms, so the
+    batched rounds equal the serial ones (checked by hand above)."""
+    train = {**FULL_BATCH, "local_epochs": 1, "batch_size": 16}
+    serial, batched = (
+        flat(
+            tiny_run(FedProx(mu=0.5, norm="plain"), {**train, "batched": b})[
+                2
+            ].strategy.model.parameters()
+        )
+        for b in (0, 2)
+    )
+    torch.testing.assert_close(batched.detach(), serial.detach(), atol=1e-5, rtol=0)
+
+
 def test_fedprox_rejects_an_unknown_norm():
     with pytest.raises(Exception, match="not a FedProx norm"):
         FedProx(norm="l1")
