@@ -127,13 +127,14 @@ def test_scaffold_option_ii_equations_exactly(params, train):
 
 def test_scaffold_without_control_updates_keeps_c_zero_and_is_fedavg():
     """`update_controls=false`: no client or server control moves, the rounds are FedAvg's
-    (the paper's SCAFFOLD with c = c_i = 0)."""
+    (the paper's SCAFFOLD with c = c_i = 0) bit for bit: with lr_global = 1 the server takes
+    the mean itself, not x + 1·(ȳ − x)."""
     fed, start, result, cohorts = tiny_run(Scaffold(update_controls=False))
     got = result.strategy
     assert torch.equal(got.c, torch.zeros_like(got.c))
     x, _ = scaffold_by_hand(fed, start, cohorts, 1.0)
     fedavg_x = flat(tiny_run(FedAvg())[2].strategy.model.parameters()).detach()
-    assert torch.allclose(flat(got.model.parameters()).detach(), fedavg_x, atol=1e-6)
+    assert torch.equal(flat(got.model.parameters()).detach(), fedavg_x)
     assert not torch.allclose(fedavg_x, x, atol=1e-4)  # SCAFFOLD's controls would differ
 
 
