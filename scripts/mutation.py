@@ -202,6 +202,7 @@ METHODS: dict[str, Target] = {
                 "local_loss_is_ce_plus_mu_times_l_con_value_and_gradient",
                 "term_pulls_towards_the_global_and_away_from_the_previous_model",
                 "first_participation_contrasts_the_initial_network",
+                "batched_with_a_short_last_chunk_equals_serial",
             )
         ),
     ),

@@ -175,6 +175,26 @@ def test_moon_first_participation_contrasts_the_initial_network():
             assert torch.equal(z_prev, z_glob)
 
 
+def test_moon_batched_with_a_short_last_chunk_equals_serial():
+    """Three clients a round trained two at a time (`train.batched=2`): the last chunk holds
+    one client and uses one of the two previous-model copies; two rounds (the second with
+    trained previous models) equal the serial run."""
+    data = digits_federation("iid", 10)
+    train = {**DIGITS_TRAIN, "momentum": 0.0}
+    serial, batched = (
+        simulate(
+            MOON(mu=1.0),
+            data,
+            "cnn_small",
+            rounds=2,
+            train={**train, "batched": b},
+            clients={"per_round": 3},
+        )
+        for b in (0, 2)
+    )
+    torch.testing.assert_close(weights(batched), weights(serial), atol=2e-3, rtol=0)
+
+
 @pytest.mark.parametrize("projection_dim", [0, 16])
 def test_moon_previous_model_is_client_state_and_survives_a_resume(tmp_path, projection_dim):
     full = run(MOON(mu=5.0, projection_dim=projection_dim), rounds=4, tmp=tmp_path / "full")
