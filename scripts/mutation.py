@@ -136,7 +136,7 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
-    # ---- baselines (issue 33, helper m33b)
+    # baselines (issue 33)
     "scaffold": Target(
         {
             "src/fedshare/strategies/scaffold.py": (
