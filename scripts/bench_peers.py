@@ -10,6 +10,12 @@ over the timed rounds (after one warm-up round), peak RSS, and the accuracy of t
 model on the first 1,000 test images (evaluated once, after the timed rounds, with the same
 code for every framework; not timed).
 
+`--device cuda` trains every framework on the GPU the way it documents: fedshare keeps the
+data on the device (`device=cuda`); FedLab (`cuda=True`) and BlazeFL (`device="cuda"`) move
+each DataLoader batch there; pfl (`PFL_PYTORCH_DEVICE=cuda`) gets its users' tensors on the
+device. Round boundaries wait for the GPU; the peak GPU memory of torch's allocator is
+reported. Flower's runner is CPU-only (its Ray wheel could not be carried to the GPU machine).
+
 Workloads: W1 = 100 clients × 100 samples (first 10,000 images), 10 per round;
 W2 = FLea's scale, 500 clients × 100 samples (first 50,000 images), 50 per round.
 
@@ -84,7 +90,14 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 LR, EPOCHS, BATCH = 0.05, 5, 32
-TRAIN = {"local_epochs": EPOCHS, "batch_size": BATCH, "lr": LR, "optimizer": "sgd"}
+TRAIN = {
+    "local_epochs": EPOCHS,
+    "batch_size": BATCH,
+    "lr": LR,
+    "optimizer": "sgd",
+    "momentum": 0.0,  # explicit: fedshare's MNIST default is momentum 0.9 (fedshare.defaults)
+    "weight_decay": 0.0,
+}
 WORKLOADS: dict[str, dict[str, int]] = {
     "W1": {"num_clients": 100, "train_images": 10_000, "per_round": 10},
     "W2": {"num_clients": 500, "train_images": 50_000, "per_round": 50},
@@ -95,9 +108,10 @@ FEDSHARE_SWITCHES: dict[str, dict[str, Any]] = {
     "fedshare+compile": {"compile": True},
     "fedshare+amp": {"amp": True},
     "fedshare+batched": {"batched": 10},
+    "fedshare+batched50": {"batched": 50},
 }
 """fedshare's default run and its opt-in speed switches (`train.compile`, `train.amp` = bf16
-autocast, `train.batched` = 10 clients per vectorised step), each on the same workload."""
+autocast, `train.batched` = 10 or 50 clients per vectorised step), each on the same workload."""
 FRAMEWORKS = (*FEDSHARE_SWITCHES, "fedlab", "pfl", "flower", "blazefl")
 DISTRIBUTIONS = {
     **dict.fromkeys(FEDSHARE_SWITCHES, "fedshare"),
@@ -130,10 +144,14 @@ class Bench:
     clients: list[torch.Tensor]  # client index sets into x / y
     per_round: int
     total_rounds: int  # warm-up + timed
+    device: str = "cpu"  # where every framework trains (`--device`)
     marks: list[tuple[float, float, int]] = dataclasses.field(default_factory=list)
 
     def mark(self) -> None:
-        """A round boundary: wall clock, process-tree CPU seconds, process-tree RSS bytes."""
+        """A round boundary: wall clock, process-tree CPU seconds, process-tree RSS bytes
+        (after the GPU's queued work, so that a round's time is its own)."""
+        if self.device != "cpu":
+            torch.cuda.synchronize()
         cpu, rss = tree_usage()
         self.marks.append((time.perf_counter(), cpu, rss))
 
@@ -202,7 +220,7 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         return (model(x).argmax(1) == y).float().mean().item()
 
 
-def load_bench(workload: str, rounds: int, peer: bool = True) -> Bench:
+def load_bench(workload: str, rounds: int, peer: bool = True, device: str = "cpu") -> Bench:
     """MNIST's first N training / 1,000 test images, fedshare's IID partition of them.
 
     `peer`: also the normalised float copy of the training images the peers train on
@@ -234,6 +252,7 @@ def load_bench(workload: str, rounds: int, peer: bool = True) -> Bench:
         clients=clients,
         per_round=spec["per_round"],
         total_rounds=rounds,
+        device=device,
     )
 
 
@@ -274,7 +293,7 @@ def run_fedshare(bench: Bench, switches: dict[str, Any] | None = None) -> nn.Mod
         train={**TRAIN, **(switches or {})},
         clients={"per_round": bench.per_round},
         eval={"every": 10**6},
-        device="cpu",
+        device=bench.device,
         memory_format="auto",
         callbacks=[after_round],
     )
@@ -297,9 +316,11 @@ def run_fedlab(bench: Bench) -> nn.Module:
         def get_dataloader(self, cid: int, batch_size: int) -> Any:
             return client_loader(bench, cid)
 
-    num = len(bench.clients)
-    handler = SyncServerHandler(new_model(bench), bench.total_rounds, bench.per_round / num)
-    trainer = SGDSerialClientTrainer(new_model(bench), num)
+    num, cuda = len(bench.clients), bench.device != "cpu"
+    handler = SyncServerHandler(
+        new_model(bench), bench.total_rounds, bench.per_round / num, cuda=cuda, device=bench.device
+    )
+    trainer = SGDSerialClientTrainer(new_model(bench), num, cuda=cuda, device=bench.device)
     trainer.setup_dataset(Data())
     trainer.setup_optim(EPOCHS, BATCH, LR)
     check_channels_last(trainer.model)
@@ -348,9 +369,10 @@ def run_pfl(bench: Bench) -> nn.Module:
                 loss = F.cross_entropy(self(x), y, reduction="sum").item()
             return {"loss": Weighted(loss, len(y))}
 
-    def make_user(uid: int) -> PyTorchTensorDataset:
+    def make_user(uid: int) -> PyTorchTensorDataset:  # on pfl's device (PFL_PYTORCH_DEVICE)
         idx = bench.clients[uid]
-        return PyTorchTensorDataset((bench.x[idx], bench.y[idx]), user_id=str(uid))
+        tensors = (bench.x[idx].to(bench.device), bench.y[idx].to(bench.device))
+        return PyTorchTensorDataset(tensors, user_id=str(uid))
 
     def federated() -> FederatedDataset:
         users = list(range(len(bench.clients)))
@@ -394,7 +416,8 @@ def run_pfl(bench: Bench) -> nn.Module:
     return net.net
 
 
-def run_flower(bench: Bench) -> nn.Module:
+def run_flower(bench: Bench, actors: int = 1) -> nn.Module:
+    """Flower's `run_simulation` with `actors` Ray actors (1 CPU each) training clients."""
     import logging
 
     from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -403,6 +426,8 @@ def run_flower(bench: Bench) -> nn.Module:
     from flwr.serverapp.strategy import FedAvg
     from flwr.simulation import run_simulation
 
+    if bench.device != "cpu":
+        raise RuntimeError("the Flower runner is CPU-only (docs/performance.md: not on a GPU)")
     logging.getLogger("flwr").setLevel(logging.WARNING)
     share = Path(tempfile.mkdtemp(prefix="bench_flower_"))
     torch.save({"x": bench.x, "y": bench.y, "clients": bench.clients}, share / "data.pt")
@@ -480,7 +505,7 @@ def run_flower(bench: Bench) -> nn.Module:
             num_supernodes=num,
             backend_config={
                 "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                "init_args": {"num_cpus": 1, "num_gpus": 0, "include_dashboard": False},
+                "init_args": {"num_cpus": actors, "num_gpus": 0, "include_dashboard": False},
             },
         )
     finally:
@@ -519,10 +544,10 @@ def run_blazefl(bench: Bench) -> nn.Module:
     num = len(bench.clients)
     handler = blaze.FedAvgBaseServerHandler(
         Selector(), "cnn_small", Partitioned(), bench.total_rounds, num,
-        bench.per_round / num, "cpu", BATCH, seed=0,
+        bench.per_round / num, bench.device, BATCH, seed=0,
     )  # fmt: skip
     trainer = blaze.FedAvgBaseClientTrainer(
-        Selector(), "cnn_small", Partitioned(), "cpu", num, EPOCHS, BATCH, LR, seed=0
+        Selector(), "cnn_small", Partitioned(), bench.device, num, EPOCHS, BATCH, LR, seed=0
     )
     check_channels_last(trainer.model)
     bench.mark()
@@ -551,11 +576,13 @@ RUNNERS: dict[str, Callable[[Bench], nn.Module]] = {
 # ------------------------------------------------------------------------ child and parent
 
 
-def child(framework: str, workload: str, rounds: int, result_path: str) -> None:
+def child(framework: str, workload: str, rounds: int, result_path: str, device: str) -> None:
     """Run one measurement (warm-up round + `rounds` timed rounds) and write its JSON."""
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    bench = load_bench(workload, rounds + 1, peer=framework not in FEDSHARE_SWITCHES)
+    os.environ["PFL_PYTORCH_DEVICE"] = device  # pfl picks a visible GPU by itself otherwise
+    peer = framework not in FEDSHARE_SWITCHES
+    bench = load_bench(workload, rounds + 1, peer=peer, device=device)
     model = RUNNERS[framework](bench)
     check_channels_last(model)
     marks = bench.marks
@@ -573,8 +600,13 @@ def child(framework: str, workload: str, rounds: int, result_path: str) -> None:
         "round_cpu_s": cpus[1:],
         "warmup_wall_s": walls[0],
         "peak_rss_mb": max(own_peak, max(m[2] for m in marks)) / 2**20,
-        "accuracy": accuracy(model.float(), bench.x_test, bench.y_test),
+        "accuracy": accuracy(model.float().cpu(), bench.x_test, bench.y_test),
+        "device": device,
     }
+    if device != "cpu":  # the run's GPU memory: peak of torch's allocator (tensors, caches)
+        result["gpu_name"] = torch.cuda.get_device_name()
+        result["gpu_peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        result["gpu_peak_reserved_mb"] = torch.cuda.max_memory_reserved() / 2**20
     Path(result_path).write_text(json.dumps(result))
 
 
@@ -589,14 +621,14 @@ MALLOC_FIXED = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOL
 
 
 def measure(
-    framework: str, workload: str, rounds: int, log_dir: Path, malloc: str
+    framework: str, workload: str, rounds: int, log_dir: Path, malloc: str, device: str
 ) -> dict[str, Any]:
     out = log_dir / f"{framework}-{workload}.json"
     out.unlink(missing_ok=True)
     env = dict(os.environ, **dict.fromkeys(THREAD_VARS, "1"))
     if malloc == "fixed":
         env.update(MALLOC_FIXED)
-    cmd = [sys.executable, __file__, "--child", framework, workload, str(rounds), str(out)]
+    cmd = [sys.executable, __file__, "--child", framework, workload, str(rounds), str(out), device]
     log = log_dir / f"{framework}-{workload}.log"
     with open(log, "a") as f:
         proc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, check=False)
@@ -610,7 +642,13 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [r for r in runs if "error" not in r]
     if not ok:
         return {"error": runs[0]["error"]}
+    gpu = {
+        key: statistics.median([r[key] for r in ok])
+        for key in ("gpu_peak_allocated_mb", "gpu_peak_reserved_mb")
+        if key in ok[0]
+    }
     return {
+        **gpu,
         "version": ok[0]["version"],
         "wall_s": statistics.median([t for r in ok for t in r["round_wall_s"]]),
         "cpu_s": statistics.median([t for r in ok for t in r["round_cpu_s"]]),
@@ -628,23 +666,28 @@ def table(workload: str, summary: dict[str, dict[str, Any]], rounds: int, cycles
         f"round, E={EPOCHS}, B={BATCH} ({rounds} timed rounds × {cycles} cycles)",
         "",
         "| framework | version | s/round (wall) | CPU s/round | ratio to fedshare "
-        "(wall / CPU) | first round s | peak RSS MB | accuracy |",
-        "|---|---|---|---|---|---|---|---|",
+        "(wall / CPU) | first round s | peak RSS MB | peak GPU MB (allocated / reserved) | "
+        "accuracy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     base = summary.get("fedshare", {})
     for name, s in summary.items():
         if "missing" in s:
-            lines.append(f"| {name} | not installed (`{s['missing']}`) | | | | | | |")
+            lines.append(f"| {name} | not installed (`{s['missing']}`) | | | | | | | |")
             continue
         if "error" in s:
-            lines.append(f"| {name} | failed: {s['error'][:120]} | | | | | | |")
+            lines.append(f"| {name} | failed: {s['error'][:120]} | | | | | | | |")
             continue
         ratio = ""
         if "wall_s" in base:
             ratio = f"{s['wall_s'] / base['wall_s']:.2f} / {s['cpu_s'] / base['cpu_s']:.2f}"
+        gpu = ""
+        if "gpu_peak_allocated_mb" in s:
+            gpu = f"{s['gpu_peak_allocated_mb']:.0f} / {s['gpu_peak_reserved_mb']:.0f}"
         lines.append(
             f"| {name} | {s['version']} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} | {ratio} | "
-            f"{s['warmup_wall_s']:.1f} | {s['peak_rss_mb']:.0f} | {100 * s['accuracy']:.1f} % |"
+            f"{s['warmup_wall_s']:.1f} | {s['peak_rss_mb']:.0f} | {gpu} | "
+            f"{100 * s['accuracy']:.1f} % |"
         )
     return "\n".join(lines)
 
@@ -663,12 +706,17 @@ def main() -> None:
         default="fixed",
         help="glibc malloc thresholds in the children: fixed (same for all) or glibc's dynamic",
     )
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--device", default="cpu", help="where every framework trains: cpu (default) or cuda"
+    )
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        framework, workload, rounds, path = args.child
-        child(framework, workload, int(rounds), path)
+        framework, workload, rounds, path, device = args.child
+        child(framework, workload, int(rounds), path, device)
         return
+    if args.device != "cpu" and not torch.cuda.is_available():
+        parser.error(f"--device={args.device} but torch sees no CUDA device; valid: cpu")
     log_dir = Path(args.logs or tempfile.mkdtemp(prefix="bench_peers_"))
     log_dir.mkdir(parents=True, exist_ok=True)
     present = [f for f in args.frameworks if installed(f)]
@@ -678,7 +726,9 @@ def main() -> None:
         order = present[shift:] + present[:shift]  # rotate so no framework is always first
         for workload in args.workloads:
             for framework in order:
-                result = measure(framework, workload, args.rounds, log_dir, args.malloc)
+                result = measure(
+                    framework, workload, args.rounds, log_dir, args.malloc, args.device
+                )
                 runs[workload].setdefault(framework, []).append(result)
                 wall = result.get("round_wall_s")
                 note = f"{statistics.median(wall):.2f} s/round" if wall else result.get("error")
@@ -687,6 +737,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
+        "device": torch.cuda.get_device_name() if args.device != "cpu" else "cpu",
         "rounds": args.rounds,
         "cycles": args.cycles,
         "malloc": args.malloc,

@@ -29,7 +29,7 @@ from fedshare.config import CheckpointConfig, ClientsConfig, SimulationConfig
 from fedshare.data import federate
 from fedshare.defaults import resolve_rounds, resolve_train
 from fedshare.engine.checkpoint import load_checkpoint
-from fedshare.engine.distributed import RankGroup, assign
+from fedshare.engine.distributed import RankGroup, assign, blocks
 from fedshare.engine.simulation import Simulation
 from fedshare.strategies import STRATEGIES, make_strategy
 from test_every_strategy import HEAD_LR, ON_FEATURES, SHORT_BUDGET, dataset, quick_simulation
@@ -155,6 +155,15 @@ def assert_same_run(one: dict, many: dict, exact: bool) -> None:
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-4)
 
 
+def test_blocks_are_contiguous_and_balanced_by_size():
+    assert blocks([5] * 10, 2) == [0] * 5 + [1] * 5
+    assert blocks([100, 10, 60, 50, 40, 10], 2) == [0, 0, 1, 1, 1, 1]  # loads 110 / 160
+    assert blocks([10, 10, 10], 1) == [0, 0, 0]
+    assert blocks([1, 1], 3) == [0, 2]  # fewer clients than ranks: a rank may run none
+    owners = blocks([3, 1, 4, 1, 5, 9, 2, 6], 3)
+    assert owners == sorted(owners) and set(owners) == {0, 1, 2}
+
+
 def test_assignment_is_balanced_by_size_and_the_same_everywhere():
     sizes = [100, 10, 60, 50, 40, 10]
     owners = assign(sizes, 2)
@@ -184,6 +193,8 @@ def test_two_processes_give_the_one_process_result(name):
     summary = ranks[0]["summary"]
     assert summary["workers"] == 2 and summary["interprocess_bytes"] > 0
     assert len(summary["peak_rss_mb_per_process"]) == 2
+    if name == "fedavg":  # the running mean crosses (two models a round), not the 4 uploads
+        assert summary["interprocess_bytes"] < 0.6 * summary["bytes_up"]
 
 
 def test_same_process_count_gives_the_same_bits_batched_too():
@@ -283,3 +294,13 @@ def test_cli_workers_killed_rank_says_which_and_resumes(tmp_path):
     )
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((out / "summary.json").read_text())["rounds_completed"] == 12
+
+
+def test_process_group_backend_is_nccl_only_with_a_gpu_per_process(monkeypatch) -> None:
+    """NCCL refuses two ranks on one GPU: more processes than GPUs fall back to gloo."""
+    from fedshare.engine.distributed import process_group_backend
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert process_group_backend("cuda:0", 2) == "nccl"
+    assert process_group_backend("cuda:1", 4) == "gloo"
+    assert process_group_backend("cpu", 1) == "gloo"

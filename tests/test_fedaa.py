@@ -5,6 +5,7 @@ import copy
 import warnings
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -18,7 +19,7 @@ from fedshare.data.datasets import keep_classes
 from fedshare.engine.client_side import ClientSetup
 from fedshare.engine.flat import FlatState
 from fedshare.engine.optim import make_optimizer
-from fedshare.engine.rng import numpy_rng
+from fedshare.engine.rng import numpy_rng, torch_generator
 from fedshare.errors import FedshareError
 from fedshare.functional.fooling import Box, fool
 from fedshare.models import build_model
@@ -31,6 +32,7 @@ from fedshare.strategies._identifier import (
     train_identifier,
 )
 from fedshare.strategies.base import Message
+from fedshare.strategies.fedaa import _Uploads, input_box
 
 SMALL_CNN = {"channels": [8, 16], "hidden": [32, 16]}
 TRAIN = {"local_epochs": 2, "batch_size": 64, "lr": 0.05}
@@ -127,6 +129,119 @@ def test_synthesis_drives_the_frozen_models_loss_down_inside_the_box(solver):
     assert (result.x >= -2).all() and (result.x <= 2).all()
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key])  # the model is frozen
+
+
+def _linear_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(6, 3))
+
+
+@pytest.mark.parametrize("solver", ["lbfgsb", "torch"])
+def test_synthesis_starts_from_scaled_clamped_noise_and_reports_its_own_losses(solver):
+    """Eq. 4, §2.4: x₀ = clamp(σ·N(0, 1)) drawn from the given generator, the result inside the
+    box (an unbounded fit of a linear model leaves it), loss_start / loss_end the mean CE of x₀
+    and of the result, hit_rate the fraction the model assigns to its target, mode restored."""
+    model = _linear_model().train()
+    box = Box(torch.full((1, 6), -1.0), torch.full((1, 6), 0.5))
+    targets = torch.tensor([0, 1, 2, 0, 1, 2, 2])
+    x0 = (3.0 * torch.randn(7, 6, generator=torch.Generator().manual_seed(5))).clamp(-1.0, 0.5)
+    result = fool(model, targets, (6,), torch.Generator().manual_seed(5), 3.0, box, solver, 30)
+    assert model.training
+    with torch.no_grad():
+        start = nn.functional.cross_entropy(model(x0), targets).item()
+        logits = model(result.x)
+    assert result.loss_start == pytest.approx(start, rel=1e-5)
+    assert result.loss_end == pytest.approx(
+        nn.functional.cross_entropy(logits, targets).item(), rel=1e-5
+    )
+    assert result.loss_end < 0.5 * result.loss_start
+    assert result.hit_rate == (logits.argmax(1) == targets).float().mean().item() >= 6 / 7
+    assert (result.x >= -1.0).all() and (result.x <= 0.5).all()
+    assert ((result.x == -1.0) | (result.x == 0.5)).any()  # the box binds
+
+
+def test_torch_solver_runs_blocks_of_twenty_lbfgs_iterations_from_fresh_histories(monkeypatch):
+    """§2.4's GPU fallback: torch L-BFGS (lr 1, 20 iterations, history 10, strong Wolfe), a fresh
+    optimizer (history) per block of 20 iterations, ⌈max_iter / 20⌉ blocks."""
+    made: list[dict] = []
+    lbfgs = torch.optim.LBFGS
+
+    def spy(params, **kwargs):
+        made.append(kwargs)
+        return lbfgs(params, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "LBFGS", spy)
+    model, targets = _linear_model(), torch.tensor([0, 1, 2])
+    for max_iter, blocks in ((1, 1), (20, 1), (21, 2), (40, 2), (41, 3)):
+        made.clear()
+        fool(model, targets, (6,), torch.Generator().manual_seed(0), 1.0, None, "torch", max_iter)
+        assert len(made) == blocks, max_iter
+    expected = {"lr": 1.0, "max_iter": 20, "history_size": 10, "line_search_fn": "strong_wolfe"}
+    assert made == [expected] * 3
+
+
+def test_the_default_solve_is_scipys_lbfgsb_for_100_iterations_from_unit_noise(monkeypatch):
+    """§2.4's [REC] defaults: σ = 1 and `minimize(method="L-BFGS-B", jac=True, bounds=box)` in
+    float64 with maxiter = 100."""
+    import scipy.optimize
+
+    calls: list[dict] = []
+    minimize = scipy.optimize.minimize
+
+    def spy(fun, x0, **kwargs):
+        calls.append({"dtype": x0.dtype, **kwargs})
+        return minimize(fun, x0, **kwargs)
+
+    monkeypatch.setattr(scipy.optimize, "minimize", spy)
+    model, targets = _linear_model(), torch.tensor([0, 1, 2])
+    box = Box(torch.full((1, 6), -1.0), torch.full((1, 6), 0.5))
+    default = fool(model, targets, (6,), torch.Generator().manual_seed(2), box=box)
+    (call,) = calls
+    assert call["method"] == "L-BFGS-B" and call["jac"] is True
+    assert call["options"] == {"maxiter": 100} and call["dtype"] == np.float64
+    assert call["bounds"].lb.tolist() == [-1.0] * 18 and call["bounds"].ub.tolist() == [0.5] * 18
+    unit = fool(model, targets, (6,), torch.Generator().manual_seed(2), 1.0, box, "lbfgsb", 100)
+    assert default.loss_start == unit.loss_start
+
+
+def test_the_box_is_the_normalised_image_of_the_stored_range():
+    """§2.4: bounds = the normalised image of [0, 255] (here (0 − 0.5)/0.25 and
+    (1 − 0.5)/0.25); data not stored as uint8 images is unbounded."""
+    data = toy_images()
+    box = input_box(data, torch.device("cpu"))
+    assert torch.equal(box.low, torch.full((1, 3, 16, 16), -2.0))
+    assert torch.equal(box.high, torch.full((1, 3, 16, 16), 2.0))
+    floats = Dataset("f", data.x_train.float(), data.y_train, data.x_test, data.y_test, 4)
+    assert input_box(floats, torch.device("cpu")) is None
+
+
+def test_each_clients_examples_fool_its_own_model_with_its_own_labels_and_noise():
+    """Eq. 4 per client (§2.4): client k's examples fool *its* phase-A model, the targets are
+    its label set, each label `adv_per_label` times, the noise is k's own stream, and the logged
+    diagnostics are the means over the cohort."""
+    strategy = FedAA(**{**QUICK, "adv_max_iter": 3, "adv_init_std": 0.7})
+    fedaa_run(strategy)
+    base = strategy.flat.flatten(strategy.model).clone()
+    moved = base + 0.05 * torch.randn(base.shape, generator=torch.Generator().manual_seed(0))
+    labels = [torch.tensor([1]), torch.tensor([0, 3])]
+    uploads = _Uploads(clients=[2, 0], sizes=[40.0, 40.0], weights=[base, moved], labels=labels)
+    examples, stats = strategy._synthesise(uploads, 4)
+    expected = []
+    for cid, weights, held in zip(uploads.clients, uploads.weights, labels, strict=True):
+        model = strategy.load_weights(strategy.scratch, weights)
+        targets = held.repeat_interleave(6)
+        noise = torch_generator(strategy.config.seed, "fedaa/noise", 4, cid)
+        args = (strategy.input_shape, noise, 0.7, strategy.box, strategy.solver, 3)
+        expected.append((fool(model, targets, *args), targets))
+    assert len(examples) == 2
+    for (x, y), (fooled, targets) in zip(examples, expected, strict=True):
+        assert torch.equal(y, targets)
+        assert torch.equal(x, fooled.x)
+    for key, field in (("start", "loss_start"), ("end", "loss_end"), ("hit_rate", "hit_rate")):
+        mean = sum(getattr(f, field) for f, _ in expected) / 2
+        name = "adv_hit_rate" if key == "hit_rate" else f"adv_loss_{key}"
+        assert stats[name] == pytest.approx(mean, rel=1e-6)
+    assert expected[0][0].loss_start != expected[1][0].loss_start
 
 
 # ------------------------------------------------------------------ Eq. 5: the fine-tune

@@ -37,6 +37,16 @@ def test_decorrelation_loss_matches_its_definition():
     assert float(decorrelation_loss(z)) == pytest.approx(float(expected / 30 / 32), rel=1e-5)
 
 
+def test_decorrelation_loss_has_a_term_from_two_samples_and_two_dimensions():
+    """flea.md §5 (FedDecorr, [code]): the term needs ≥ 2 samples and ≥ 2 dimensions. By hand
+    for n = d = 2: the standardised columns are (−1, 1)/√2 and (1, −1)/√2, K's off-diagonal
+    entries are −1, mean square 1, divided by n = 2; one dimension has no off-diagonal entry."""
+    z = torch.tensor([[1.0, 2.0], [3.0, 1.0]])
+    assert float(decorrelation_loss(z)) == pytest.approx(0.5, rel=1e-6)
+    assert float(decorrelation_loss(torch.randn(4, 1))) == 0.0
+    assert float(decorrelation_loss(torch.randn(2, 1))) == 0.0
+
+
 def test_not_true_distillation_ignores_the_true_class():
     gen = torch.Generator().manual_seed(0)
     logits, teacher = torch.randn(8, 5, generator=gen), torch.randn(8, 5, generator=gen)

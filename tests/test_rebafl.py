@@ -3,6 +3,7 @@
 
 import math
 from functools import partial
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from fedshare.errors import FedshareError
 from fedshare.functional import calibration as cal
 from fedshare.functional import prototypes as protos
 from fedshare.strategies import SetupContext, Update, make_strategy
+from fedshare.strategies.base import Message
 from fedshare.strategies.rebafl import ReBaFL
 from helpers import digits_federation, without_wall_time
 
@@ -116,6 +118,8 @@ def test_fedlc_offsets_and_fedrs_scaling():
 def test_bad_calibration_values_are_rejected():
     with pytest.raises(FedshareError, match="eps"):
         cal.relaxed_prior(torch.ones(C), 1.5)
+    with pytest.raises(FedshareError, match=r"eps=-0\.01 must be in \[0, 1\]"):
+        cal.relaxed_prior(torch.ones(C), -0.01)
     with pytest.raises(FedshareError, match="alpha"):
         cal.restricted_logits(torch.zeros(2, C), torch.ones(C, dtype=torch.bool), 2.0)
     with pytest.raises(FedshareError, match="alpha"):
@@ -132,6 +136,7 @@ def test_prototypes_are_exact_class_means():
     feats = torch.randn(50, 8, generator=gen, dtype=torch.float64)
     labels = torch.randint(0, 4, (50,), generator=gen)
     labels[labels == 2] = 3  # class 2 absent
+    labels[0] = 4  # class 4 holds one sample: its mean is that sample
     means, counts = protos.class_means(feats, labels, 5)
     for c in range(5):
         rows = feats[labels == c]
@@ -151,6 +156,25 @@ def test_feature_prototypes_use_the_penultimate_features():
     assert int((counts > 0).sum()) == 2
 
 
+def test_the_wire_carries_the_held_classes_and_unpacks_to_the_full_table():
+    """§3: only the held classes travel with their counts; unpacked, the (C, d) table has zero
+    rows elsewhere. The server's broadcast carries no counts: each class it holds counts 1."""
+    P = torch.randn(C, 3, generator=torch.Generator().manual_seed(0))
+    counts = torch.zeros(C).index_put_((torch.tensor([2, 5]),), torch.tensor([4.0, 1.0]))
+    payload = protos.pack(P, counts)
+    assert payload["proto_classes"].tolist() == [2, 5]
+    assert torch.equal(payload["prototypes"], P[[2, 5]])
+    table, got, mask = protos.unpack(payload, C, 3, torch.device("cpu"))
+    assert torch.equal(table[[2, 5]], P[[2, 5]]) and not table[~mask].any()
+    assert torch.equal(got, counts) and torch.equal(mask, counts > 0)
+    broadcast = protos.pack(P, mask.float(), mask)
+    del broadcast["proto_counts"]
+    _, ones, held = protos.unpack(broadcast, C, 3, torch.device("cpu"))
+    assert torch.equal(ones, mask.float()) and torch.equal(held, mask)
+    nothing = protos.unpack({}, C, 3, torch.device("cpu"))
+    assert not any(t.any() for t in nothing)
+
+
 def test_transfer_keeps_the_deviation_and_the_target_prototype():
     gen = torch.Generator().manual_seed(0)
     P = torch.randn(C, 6, generator=gen)
@@ -166,6 +190,8 @@ def test_transfer_keeps_the_deviation_and_the_target_prototype():
     assert torch.allclose((new_h - P[new_y])[moved], (h - P[y])[moved], atol=1e-6)
     assert torch.equal(new_h[~moved], h[~moved])
     assert not moved[3] and not moved[4] and not moved[9] and not moved[19]
+    default, _ = protos.transfer_features(h, y, P, mask)
+    assert torch.equal(default, new_h)  # λ = 1 unless given (Eq. 15)
     half, _ = protos.transfer_features(h, y, P, mask, lam=0.5)
     assert torch.allclose((half - P[new_y])[moved], 0.5 * (h - P[y])[moved], atol=1e-6)
 
@@ -209,6 +235,100 @@ def test_augmentation_loss_trains_only_the_classifier():
             assert torch.allclose(with_aug[name], without[name], atol=1e-7), name
 
 
+def test_local_loss_and_its_gradient_are_rbsm_plus_mu_times_the_augmented_rbsm():
+    """§2.4 steps 1–6 and §2.5 written out: L = CE(φ(h) + log π̂, y) + μ·CE(φ(h̃) + log π̂_aug, ỹ)
+    with h̃_k = P_t + λ(h_k − P_{y_k}) (h detached) for t = k mod C where t ≠ y_k and both hold
+    a prototype, else (h_k, y_k); π̂_aug = (1 − ε)·n_c/n + ε/C of ỹ (Eq. 10). Value and gradient."""
+    fed = digits_federation(PAT)
+    model = init_model("cnn_small", fed, seed=0)
+    strategy = ReBaFL(lam=0.7)
+    strategy.num_classes = C
+    x, y = fed.dataset.train_batch(torch.arange(24))
+    eps, mu = 0.05, 0.3
+    counts = torch.bincount(y, minlength=C).float()
+    log_prior = ((1 - eps) * counts / counts.sum() + eps / C).log()
+    P = torch.randn(C, model.head.in_features, generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(C, dtype=torch.bool)
+    mask[3] = False
+    got = strategy._local_loss(
+        eps, model, x, y, log_prior=log_prior, prototypes=P, mask=mask, weight=mu
+    )
+    h = model.features(x)
+    rows, labels = [], []
+    for k in range(len(y)):
+        t, s = k % C, int(y[k])
+        if mask[t] and mask[s] and t != s:
+            rows.append(P[t] + 0.7 * (h[k].detach() - P[s]))
+            labels.append(t)
+        else:
+            rows.append(h[k].detach())
+            labels.append(s)
+    y_aug = torch.tensor(labels)
+    assert (y_aug != y).any() and (y_aug == y).any()
+    aug_counts = torch.bincount(y_aug, minlength=C).float()
+    aug_prior = ((1 - eps) * aug_counts / len(y) + eps / C).log()
+    expected = F.cross_entropy(model.head(h) + log_prior, y) + mu * F.cross_entropy(
+        model.head(torch.stack(rows)) + aug_prior, y_aug
+    )
+    torch.testing.assert_close(got, expected)
+    params = list(model.parameters())
+    for a, b in zip(
+        torch.autograd.grad(got, params), torch.autograd.grad(expected, params), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_plan_refreshes_the_clients_own_classes_and_keeps_the_other_received_ones():
+    """Eq. 18 (§7.2): before training, the client's own classes take its feature means under
+    the received model, the other received prototypes are kept and classes nobody holds stay
+    absent; without the refresh the received set is used as is. The prior is Eq. 10 of the
+    client's counts with its ε."""
+    fed = digits_federation(PAT)
+    model = init_model("cnn_small", fed, seed=0)
+    d = model.head.in_features
+    x, y = fed.dataset.train_batch(torch.from_numpy(fed.partition.client_indices[0]))
+    other, single = [c for c in range(C) if c not in set(y.tolist())][:2]
+    one = torch.nonzero(fed.dataset.y_train == single)[0]  # a class with a single sample
+    x1, y1 = fed.dataset.train_batch(one)
+    x, y = torch.cat([x, x1]), torch.cat([y, y1])
+    held = sorted(set(y.tolist()))
+    received = torch.zeros(C, dtype=torch.bool)
+    received[[held[0], other]] = True
+    P = torch.randn(C, d, generator=torch.Generator().manual_seed(0))
+    payload = protos.pack(P, received.float(), received)
+    del payload["proto_counts"]
+    client = SimpleNamespace(
+        id=0, labels=y, num_classes=C, device=torch.device("cpu"), data=lambda: (x, y)
+    )
+
+    def plan(**params):
+        strategy = ReBaFL(eps=0.05, **params)
+        strategy.num_classes, strategy.dim = C, d
+        return strategy._plan(client, model, Message(payload=payload))
+
+    refreshed = plan()
+    own, _ = protos.feature_prototypes(model, x, y, C)
+    expected = received.clone()
+    expected[held] = True
+    assert refreshed.augment and torch.equal(refreshed.mask, expected)
+    assert torch.equal(refreshed.prototypes[held], own[held])
+    assert torch.equal(refreshed.prototypes[other], P[other])
+    assert not refreshed.prototypes[~expected].any()
+    counts = torch.bincount(y, minlength=C).float()
+    prior = (0.95 * counts / counts.sum() + 0.05 / C).log()
+    torch.testing.assert_close(refreshed.log_prior, prior)
+    as_received = plan(refresh_own_prototypes=False)
+    assert torch.equal(as_received.mask, received)
+    assert torch.equal(as_received.prototypes[received], P[received])
+    x, y = x[y == held[0]], y[y == held[0]]  # one class: below the minimum of 2 (§7.4)
+    client.labels = y
+    lonely = plan()
+    assert not lonely.augment and lonely.data is None
+    x, y = torch.cat([x, x1]), torch.cat([y, y1])
+    client.labels = y
+    assert plan(mu=0.0).data is None  # μ = 0: nothing but the weights is exchanged
+
+
 def test_server_prototypes_are_the_count_weighted_mean_of_reporters():
     avg = protos.PrototypeAverager(4, 3)
     a, b = torch.randn(4, 3), torch.randn(4, 3)
@@ -219,6 +339,10 @@ def test_server_prototypes_are_the_count_weighted_mean_of_reporters():
     assert torch.allclose(P[0], (10 * a[0] + 30 * b[0]) / 40)
     assert torch.allclose(P[1], b[1]) and torch.allclose(P[2], a[2])
     assert torch.equal(P[3], torch.zeros(3))
+    one = protos.PrototypeAverager(2, 3)
+    one.add(a[:2], torch.tensor([1.0, 0.0]))  # one sample in all still makes a prototype
+    P, mask = one.result()
+    assert mask.tolist() == [True, False] and torch.equal(P[0], a[0])
 
 
 def test_rebafl_aggregate_averages_reported_prototypes_and_forgets_unreported():
@@ -246,6 +370,25 @@ def test_rebafl_aggregate_averages_reported_prototypes_and_forgets_unreported():
     n3 = torch.zeros(C).index_fill_(0, torch.tensor([5]), 7.0)
     strategy.aggregate(iter([Update(2, 7, weights=weights, payload=protos.pack(p1, n3))]), 1)
     assert strategy.proto_mask.nonzero().flatten().tolist() == [5]
+
+
+def test_prototype_memory_last_keeps_a_class_until_it_is_reported_again():
+    """§7.3 `prototype_memory="last"`: a class nobody reports this round keeps its last global
+    prototype; a reported class takes the new mean."""
+    fed = digits_federation(PAT)
+    model = init_model("cnn_small", fed, seed=0)
+    strategy = ReBaFL(prototype_memory="last")
+    strategy.setup(SetupContext(model, fed, SimulationConfig(), torch.device("cpu")))
+    d, weights = model.head.in_features, strategy.flat.flatten(model)
+    p1, p2 = torch.randn(C, d), torch.randn(C, d)
+    n1 = torch.zeros(C).index_fill_(0, torch.tensor([0, 1]), 4.0)
+    strategy.aggregate(iter([Update(0, 8, weights=weights, payload=protos.pack(p1, n1))]), 0)
+    n2 = torch.zeros(C).index_fill_(0, torch.tensor([1, 5]), 3.0)
+    strategy.aggregate(iter([Update(1, 6, weights=weights, payload=protos.pack(p2, n2))]), 1)
+    assert strategy.proto_mask.nonzero().flatten().tolist() == [0, 1, 5]
+    assert torch.equal(strategy.prototypes[0], p1[0])
+    assert torch.allclose(strategy.prototypes[[1, 5]], p2[[1, 5]])
+    assert not strategy.prototypes[[2, 3, 4, 6, 7, 8, 9]].any()
 
 
 # ----------------------------------------------------------------- §8.8 availability
@@ -311,6 +454,51 @@ def test_rebafl_shares_only_prototypes_of_held_classes():
     first = result.history[0]
     assert first["bytes_shared"] == first["clients"] * per_client
     assert result.history[1]["augmented"] == 1.0
+
+
+def test_one_class_clients_share_and_augment_only_when_the_minimum_allows():
+    """§7.4 (the code): a client with fewer than `min_classes_for_aug` classes neither uploads
+    prototypes nor augments; with the minimum at 1 the same clients do both."""
+
+    def one_class(**params):
+        return simulate(
+            ReBaFL(**params),
+            digits_federation({**PAT, "classes_per_client": 1, "cover_all": False}, num_clients=4),
+            "cnn_small",
+            2,
+            train=TRAIN,
+            device="cpu",
+        )
+
+    alone = one_class()
+    assert [r["bytes_shared"] for r in alone.history] == [0, 0]
+    assert alone.history[1]["augmented"] == 0.0
+    allowed = one_class(min_classes_for_aug=1)
+    d = allowed.strategy.model.head.in_features
+    assert allowed.history[0]["bytes_shared"] == 4 * (4 * d + 8 + 4)  # one class each
+    assert allowed.history[1]["augmented"] == 1.0
+
+
+def test_a_batched_chunk_of_clients_with_different_eps_steps_each_client_serially():
+    """§7.15: the batched step shares one ε per chunk, so a chunk whose clients differ in ε runs
+    `client_update` client by client, and a chunk with one ε steps batched."""
+
+    class Batched(Exception):
+        pass
+
+    def batched(*args):
+        raise Batched
+
+    strategy = ReBaFL(eps=0.1, client_eps={"1": 0.2})
+    serial: list[int] = []
+    strategy.client_update = lambda client, message: serial.append(client.id) or client.id
+    strategy.load_weights = batched  # the batched path's first step
+    clients = [SimpleNamespace(id=i, model=None) for i in range(3)]
+    assert strategy.batched_update(clients, Message()) == [0, 1, 2] == serial
+    serial.clear()
+    with pytest.raises(Batched):
+        strategy.batched_update([clients[0], clients[2]], Message())
+    assert serial == []
 
 
 def test_rebafl_resume_equals_an_uninterrupted_run(tmp_path):

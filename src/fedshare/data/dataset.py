@@ -1,5 +1,6 @@
 """An in-memory dataset on the run device, with batch-level preprocessing and augmentation."""
 
+import functools
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -69,9 +70,8 @@ class Dataset:
         if augment and self.augmentation.active:
             x = augment_batch(x, self.augmentation, generator)
         if self.mean is not None and self.std is not None:
-            shape = (1, -1) + (1,) * (x.dim() - 2)
-            mean = torch.tensor(self.mean, device=x.device, dtype=x.dtype).view(shape)
-            std = torch.tensor(self.std, device=x.device, dtype=x.dtype).view(shape)
+            mean = channel_constant(tuple(self.mean), x.device, x.dtype, x.dim())
+            std = channel_constant(tuple(self.std), x.device, x.dtype, x.dim())
             x = (x - mean) / std
         return x
 
@@ -79,6 +79,17 @@ class Dataset:
         self, idx: torch.Tensor, augment: bool = False, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.prepare(self.x_train[idx], augment, generator), self.y_train[idx]
+
+
+@functools.cache
+def channel_constant(
+    values: tuple[float, ...], device: torch.device, dtype: torch.dtype, dims: int
+) -> torch.Tensor:
+    """Per-channel `values` shaped to broadcast over a `dims`-dimensional N×C×… batch, made
+    once per device and dtype (made per batch, it would be a host copy, a synchronisation, at
+    every training step on a GPU)."""
+    shape = (1, -1) + (1,) * (dims - 2)
+    return torch.tensor(values, device=device, dtype=dtype).view(shape)
 
 
 def augment_batch(

@@ -39,6 +39,7 @@ from torch.func import functional_call, vmap
 from fedshare.config import TrainConfig
 from fedshare.engine.client import Client
 from fedshare.engine.training import bf16_autocast
+from fedshare.functional.transfer import to_device
 
 StackedLoss = Callable[..., torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
 """`loss(model, *batch)`, e.g. `loss(model, x, y)`, or `loss(model, *batch, *inputs)` with the
@@ -212,7 +213,8 @@ class StackedRun:
             stacked_batch = tuple(torch.stack(ts) for ts in zip(*group, strict=True))
             every = len(members) == len(self.clients)
             device = stacked_batch[0].device
-            yield slice(None) if every else torch.tensor(members, device=device), stacked_batch
+            rows = slice(None) if every else to_device(torch.tensor(members), device)
+            yield rows, stacked_batch
 
     def _step(self, rows: Rows, batch: Batch) -> torch.Tensor:
         every = isinstance(rows, slice)

@@ -11,16 +11,24 @@ after the phase is the one the cohort's last client left (sent by its rank), as 
 process. Rank 0 alone evaluates, writes the run folder and checkpoints; it sends each
 evaluated record to the others.
 
+A phase whose aggregate is the weighted mean of the uploaded weights (`Phase.weights_mean`:
+FedAvg and every strategy that keeps its aggregate) exchanges less: each rank runs a contiguous
+block of the cohort (`blocks`), the uploads' weights stay where they were trained, and the
+running mean passes from rank to rank in cohort order (`RankGroup.pass_along`), so the
+additions are the ones one process makes, in its order; every rank still receives every
+update without its weights (metrics, payload, the weights' size for the traffic count).
+
 Objects cross between processes as `torch.save` bytes over a gloo group (also on GPUs, where
 the run's default group is nccl): tensors come back on the receiving rank's device.
 """
 
+import contextlib
 import dataclasses
 import io
 import os
 import pickle
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -48,6 +56,18 @@ def assign(sizes: Sequence[int], world: int) -> list[int]:
     return owners
 
 
+def blocks(sizes: Sequence[int], world: int) -> list[int]:
+    """The rank of each client as contiguous blocks of the cohort order, rank 0 first: the
+    block boundaries fall where the running sample count comes closest to r/world of the
+    total, so every rank computes the same answer from the same sizes."""
+    loads = [max(int(s), 1) for s in sizes]
+    total, done, owners = sum(loads), 0, []
+    for load in loads:
+        owners.append(min(world - 1, (2 * done + load) * world // (2 * total)))
+        done += load
+    return owners
+
+
 def launched() -> bool:
     """Whether this process was started by torchrun / torch's elastic launcher with K > 1."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -60,6 +80,14 @@ def local_device(name: str, local_rank: int) -> str:
     if name in ("auto", "cuda") and torch.cuda.is_available():
         return f"cuda:{local_rank % torch.cuda.device_count()}"
     return "cpu" if name == "auto" else name
+
+
+def process_group_backend(device: str, local_processes: int) -> str:
+    """nccl when each of this machine's processes has a GPU of its own, else gloo: NCCL refuses
+    two ranks on one GPU, so several processes per GPU (more processes than GPUs) use gloo."""
+    if device.startswith("cuda") and local_processes <= torch.cuda.device_count():
+        return "nccl"
+    return "gloo"
 
 
 def detached(obj: Any) -> Any:
@@ -78,13 +106,15 @@ def detached(obj: Any) -> Any:
     return obj
 
 
-def to_bytes(obj: Any) -> bytes:
+def to_bytes(obj: Any) -> memoryview:
+    """`obj` as `torch.save` bytes (a view of the buffer they were written to, not a copy)."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    return buffer.getvalue()
+    return buffer.getbuffer()
 
 
-def from_bytes(data: bytes, device: torch.device | str) -> Any:
+def from_bytes(data: Any, device: torch.device | str) -> Any:
+    """The object `to_bytes` wrote, from any bytes-like `data`, tensors on `device`."""
     return torch.load(io.BytesIO(data), map_location=device, weights_only=False)
 
 
@@ -111,7 +141,7 @@ class RankGroup:
     @classmethod
     def join(cls, device: str, timeout_s: float = 1800.0) -> "RankGroup":
         """Join the process group that torchrun / `workers=K` set up in the environment
-        (gloo on CPU, nccl on GPUs), plus a gloo group for the engine's object exchange."""
+        (`process_group_backend`), plus a gloo group for the engine's object exchange."""
         missing = [key for key in ENV_KEYS if key not in os.environ]
         if missing:
             raise FedshareError(
@@ -120,8 +150,8 @@ class RankGroup:
             )
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ["LOCAL_RANK"])
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-        if backend == "nccl":
+        backend = process_group_backend(device, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device))
         if not dist.is_initialized():
             dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
@@ -133,39 +163,86 @@ class RankGroup:
             dist.destroy_process_group()
 
     # ------------------------------------------------------------------ collectives
-    def _exchange(self, data: bytes) -> list[bytes]:
-        """Every rank's bytes, in rank order (sizes first, then the padded buffers)."""
+    @contextlib.contextmanager
+    def _collective(self) -> Iterator[None]:
+        """A collective or point-to-point step; a lost process becomes `RankFailure`."""
         try:
-            size = torch.tensor([len(data)], dtype=torch.int64)
-            sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
-            dist.all_gather(sizes, size, group=self.group)
-            longest = int(max(s.item() for s in sizes))
-            mine = torch.zeros(longest, dtype=torch.uint8)
-            mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-            buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
-            dist.all_gather(buffers, mine, group=self.group)
+            yield
         except (RuntimeError, dist.DistBackendError) as err:
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
             raise RankFailure(
                 f"a process of this run stopped or lost its connection ({reason}); rank "
                 f"{self.rank} stops too"
             ) from None
+
+    def _exchange(self, data: memoryview) -> list[memoryview | None]:
+        """Every other rank's bytes, in rank order (None in this rank's place): sizes first,
+        then the buffers, padded to the longest."""
+        with self._collective():
+            size = torch.tensor([len(data)], dtype=torch.int64)
+            sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+            dist.all_gather(sizes, size, group=self.group)
+            longest = int(max(s.item() for s in sizes))
+            mine = torch.empty(longest, dtype=torch.uint8)
+            if len(data):
+                mine[: len(data)] = torch.frombuffer(data, dtype=torch.uint8)
+            buffers = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
+            dist.all_gather(buffers, mine, group=self.group)
         self.bytes_sent += len(data) * (self.world - 1)
-        return [bytes(b[: int(s.item())].numpy()) for b, s in zip(buffers, sizes, strict=True)]
+        return [
+            None if rank == self.rank else memoryview(b.numpy())[: int(s.item())]
+            for rank, (b, s) in enumerate(zip(buffers, sizes, strict=True))
+        ]
 
     def gather(self, obj: Any, device: torch.device | str = "cpu") -> list[Any]:
-        """Every rank's `obj`, in rank order, tensors on `device`. A `Failed` from any rank is
-        raised on every rank (the lowest rank's first)."""
+        """Every rank's `obj`, in rank order, tensors on `device` (this rank's own `obj` as
+        given, not a copy). A `Failed` from any rank is raised on every rank (the lowest
+        rank's first)."""
         try:
             data = to_bytes(obj)
         except Exception as err:  # an exception that does not pickle still reaches every rank
             cause = obj.error if isinstance(obj, Failed) else err
-            data = to_bytes(Failed(RuntimeError(f"rank {self.rank}: {cause!r}")))
-        gathered = [from_bytes(item, device) for item in self._exchange(data)]
+            obj = Failed(RuntimeError(f"rank {self.rank}: {cause!r}"))
+            data = to_bytes(obj)
+        gathered = [
+            obj if item is None else from_bytes(item, device) for item in self._exchange(data)
+        ]
         for item in gathered:
             if isinstance(item, Failed):
                 raise item.error
         return gathered
+
+    def pass_along(self, step: Callable[[T | None], T], device: torch.device | str = "cpu") -> T:
+        """`step` on every rank in rank order, each applied to the previous rank's result
+        (None on rank 0); the last rank's result on every rank. Only for values every rank
+        can compute without failing once the phase's exchange has passed (a running sum)."""
+        value: Any = None
+        if self.rank > 0:
+            value = from_bytes(self._receive(self.rank - 1), device)
+        value = step(value)
+        last = self.world - 1
+        data = to_bytes(value)
+        payload = torch.frombuffer(data, dtype=torch.uint8)
+        with self._collective():
+            if self.rank < last:
+                dist.send(torch.tensor([len(data)]), self.rank + 1, group=self.group)
+                dist.send(payload, self.rank + 1, group=self.group)
+                self.bytes_sent += len(data)
+            size = torch.tensor([len(data) if self.rank == last else 0])
+            dist.broadcast(size, last, group=self.group)
+            buffer = payload if self.rank == last else torch.empty(int(size), dtype=torch.uint8)
+            dist.broadcast(buffer, last, group=self.group)
+            self.bytes_sent += len(data) * last if self.rank == last else 0
+        return value if self.rank == last else from_bytes(memoryview(buffer.numpy()), device)
+
+    def _receive(self, source: int) -> memoryview:
+        """The bytes rank `source` sends this rank (`pass_along`)."""
+        with self._collective():
+            size = torch.zeros(1, dtype=torch.int64)
+            dist.recv(size, source, group=self.group)
+            buffer = torch.empty(int(size.item()), dtype=torch.uint8)
+            dist.recv(buffer, source, group=self.group)
+        return memoryview(buffer.numpy())
 
     def from_writer(self, make: Callable[[], T], device: torch.device | str = "cpu") -> T:
         """`make()` on rank 0, its value on every rank (its exception raised on every rank);

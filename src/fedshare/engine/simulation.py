@@ -6,7 +6,7 @@ import copy
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from fedshare.data.federated import FederatedData
 from fedshare.data.partition_plot import plot_partition
 from fedshare.defaults import resolve_rounds
 from fedshare.engine.accounting import Traffic
+from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.allocator import steady_malloc
 from fedshare.engine.callbacks import (
     Callback,
@@ -41,6 +42,7 @@ from fedshare.engine.distributed import (
     Failed,
     RankGroup,
     assign,
+    blocks,
     detached,
     restore_rng,
     rng_snapshot,
@@ -348,23 +350,32 @@ class Simulation:
         round_idx: int,
         stats: _RoundStats,
         measure_local: bool,
+        kept: list[tuple[torch.Tensor, float]] | None = None,
     ) -> Iterator[Update]:
         """The cohort's updates when several processes share it (`fedshare.engine.distributed`):
         this rank runs its share, the ranks exchange the results, and every rank routes and
-        counts all of them in cohort order."""
+        counts all of them in cohort order. With `kept` (a phase with `weights_mean`) the
+        shares are contiguous blocks of the cohort, this rank appends its uploads' weights and
+        aggregation weights to `kept` in cohort order, and the updates cross without their
+        weights (each yielded with a stand-in of the same size on the meta device, counted as
+        traffic and never read)."""
         group = self.group
         assert group is not None
         sizes = [len(self.data.client_indices[cid]) for cid in members]
-        owners = assign(sizes, group.world)
+        owners = (assign if kept is None else blocks)(sizes, group.world)
         delivered = {cid: self._deliver(phase, cid, round_idx) for cid in members}
         mine = [cid for cid, owner in zip(members, owners, strict=True) if owner == group.rank]
         try:
-            ran = [
-                (client.id, detached(update), detached(client.state), measured)
-                for client, update, measured in self._steps(
-                    phase, message, mine, round_idx, measure_local, delivered
-                )
-            ]
+            ran = []
+            for client, update, measured in self._steps(
+                phase, message, mine, round_idx, measure_local, delivered
+            ):
+                shape = None
+                if kept is not None and update.weights is not None:
+                    kept.append((update.weights.detach().clone(), update.aggregation_weight))
+                    shape = (update.weights.shape, update.weights.dtype)
+                    update = replace(update, weights=None)
+                ran.append((client.id, detached(update), detached(client.state), measured, shape))
             sent: Any = (ran, rng_snapshot(self.device) if mine else None)
         except Exception as err:  # every rank raises it after the exchange
             sent = Failed(err)
@@ -375,7 +386,9 @@ class Simulation:
         later = set(members)
         for cid in members:
             later.discard(cid)
-            update, state, measured = results[cid]
+            update, state, measured, shape = results[cid]
+            if shape is not None:
+                update.weights = torch.empty(shape[0], dtype=shape[1], device="meta")
             if later.intersection(update.to_peers):
                 raise RuntimeError(
                     f"{self.strategy.name}: client {cid} sent a peer message to a later client "
@@ -384,6 +397,33 @@ class Simulation:
                 )
             stats.add(measured)
             yield self._received(cid, state, update, stats)
+
+    def _shared_mean(
+        self,
+        phase: Phase,
+        message: Message,
+        members: list[int],
+        round_idx: int,
+        stats: _RoundStats,
+        measure_local: bool,
+    ) -> None:
+        """A `weights_mean` phase across processes: every update routed and counted, then the
+        running mean of the weights passed from rank to rank in cohort order (the additions
+        one process makes, in its order) into `phase.weights_mean`."""
+        assert self.group is not None and phase.weights_mean is not None
+        kept: list[tuple[torch.Tensor, float]] = []
+        for _ in self._shared_updates(
+            phase, message, members, round_idx, stats, measure_local, kept
+        ):
+            pass
+
+        def add_mine(mean: RunningMean | None) -> RunningMean:
+            mean = RunningMean() if mean is None else mean
+            for weights, weight in kept:
+                mean.add(weights, weight)
+            return mean
+
+        phase.weights_mean(self.group.pass_along(add_mine, self.device), round_idx)
 
     def run_round(self, round_idx: int) -> dict[str, Any]:
         cohort = self.sampler.cohort(round_idx)
@@ -402,8 +442,12 @@ class Simulation:
             self._phase_name = phase.name
             self.stage(f"{phase.name}: 0/{len(members)} clients")
             shared = self.group is not None and not phase.in_order
+            local = measure and i == 0
+            if shared and phase.weights_mean is not None:
+                self._shared_mean(phase, message, members, round_idx, stats, local)
+                continue
             client_updates = self._shared_updates if shared else self._client_updates
-            updates = client_updates(phase, message, members, round_idx, stats, measure and i == 0)
+            updates = client_updates(phase, message, members, round_idx, stats, local)
             phase.aggregate(updates, round_idx)
             if next(updates, None) is not None:
                 raise RuntimeError(

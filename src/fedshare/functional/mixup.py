@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+from fedshare.functional.transfer import to_device
 
 ORDERS = ("fold_left", "nested", "sequence", "equal")
 
@@ -67,7 +68,7 @@ def beta_weights(
 ) -> torch.Tensor:
     """n mixing weights β ~ Beta(a, a) (float32): independent draws, or one draw repeated."""
     draws = rng.beta(a, a, size=n if per_sample else 1).astype(np.float32)
-    beta = torch.from_numpy(draws).to(device)
+    beta = to_device(torch.from_numpy(draws), device)
     return beta if per_sample else beta.expand(n).contiguous()
 
 
@@ -81,7 +82,8 @@ def as_soft_labels(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     """Class ids (n,) -> one-hot float rows; (n, C) label distributions pass through as float."""
     if labels.dim() == 2:
         return labels.float()
-    return F.one_hot(labels.long(), num_classes).float()
+    classes = torch.arange(num_classes, device=labels.device)  # F.one_hot syncs to check
+    return (labels.long().unsqueeze(-1) == classes).float()
 
 
 def mix_labels(

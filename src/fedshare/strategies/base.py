@@ -54,6 +54,11 @@ class Phase:
     trains: bool = True
     """The client step trains a model. A phase that does not (a one-shot upload, feature
     statistics) runs serially under `train.batched` without the engine's warning."""
+    weights_mean: Callable[[RunningMean, int], None] | None = None
+    """`aggregate` written as a function of the running mean (cohort order) of the updates'
+    weights, for a phase whose aggregate is exactly that (`Strategy.aggregate` kept): in a run
+    across several processes the ranks then pass that mean along instead of exchanging every
+    upload's weights (`fedshare.engine.distributed`)."""
     in_order: bool = False
     """A client step reads peer messages that earlier clients of the same phase sent it (a
     chain, a destination after its sources): in a run across several processes
@@ -134,6 +139,7 @@ class Strategy:
             self.aggregate,
             batched_step=self.batched_step(),
             trains=self.clients_train,
+            weights_mean=self.load_mean if type(self).aggregate is Strategy.aggregate else None,
             in_order=self.clients_in_order,
         )
 
@@ -156,7 +162,11 @@ class Strategy:
         raise NotImplementedError
 
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
-        self.load_weights(self.model, self.average_weights(updates))
+        self.load_mean(self.running_mean(updates), round_idx)
+
+    def load_mean(self, mean: RunningMean, round_idx: int) -> None:
+        """`aggregate`'s server step, given the running mean of the updates' weights."""
+        self.load_weights(self.model, mean.value())
 
     def global_model(self) -> nn.Module:
         return self.model
@@ -196,6 +206,12 @@ class Strategy:
     ) -> torch.Tensor:
         """Running weighted mean of the updates' weights; if `collect` is given, the updates
         are appended to it with their weights dropped (payloads and metrics kept)."""
+        return self.running_mean(updates, collect).value()
+
+    def running_mean(
+        self, updates: Iterable[Update], collect: list[Update] | None = None
+    ) -> RunningMean:
+        """`average_weights` before its final division (the accumulator itself)."""
         mean = RunningMean()
         for update in updates:
             if update.weights is not None:
@@ -203,7 +219,7 @@ class Strategy:
                 update.weights = None
             if collect is not None:
                 collect.append(update)
-        return mean.value()
+        return mean
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
