@@ -285,6 +285,90 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
+    # baselines (issue 33)
+    "scaffold": Target(
+        {
+            "src/fedshare/strategies/scaffold.py": (
+                "Scaffold.client_update",
+                "Scaffold.batched_update",
+                "Scaffold._c_i",
+                "Scaffold._upload",
+                "Scaffold.aggregate",
+            ),
+        },
+        " ".join(
+            f"tests/test_scaffold_feddyn.py::test_scaffold_{name}"
+            for name in (
+                "option_ii_equations_exactly",
+                "without_control_updates_keeps_c_zero_and_is_fedavg",
+                "after_step_correction_is_rebafls_code_exactly",
+                "after_step_equals_the_gradient_form_for_plain_sgd",
+            )
+        ),
+    ),
+    "feddyn": Target(
+        {
+            "src/fedshare/strategies/feddyn.py": (
+                "FedDyn.client_update",
+                "FedDyn.batched_update",
+                "FedDyn._grad_k",
+                "FedDyn._upload",
+                "FedDyn.aggregate",
+            ),
+        },
+        "tests/test_scaffold_feddyn.py::test_feddyn_equations_exactly",
+    ),
+    "fedprox": Target(
+        {
+            "src/fedshare/strategies/fedprox.py": (
+                "proximal_grads",
+                "add_proximal_grad_",
+                "FedProx.client_update",
+                "FedProx.batched_update",
+            ),
+        },
+        "tests/test_moon_fedbn_fedopt.py::test_fedprox_hook_is_the_gradient_of_its_penalty"
+        " tests/test_moon_fedbn_fedopt.py::test_fedprox_rounds_equal_the_proximal_sgd_written_out"
+        " tests/test_moon_fedbn_fedopt.py::test_fedprox_batched_rows_take_their_own_plain_norm",
+    ),
+    "moon": Target(
+        {
+            "src/fedshare/strategies/moon.py": (
+                "contrastive_loss",
+                "MoonNet.forward",
+                "MOON.client_update",
+                "MOON.batched_update",
+                "MOON._previous",
+                "MOON._batches",
+                "MOON._loss",
+                "MOON._upload",
+            ),
+        },
+        " ".join(
+            f"tests/test_moon_fedbn_fedopt.py::test_moon_{name}"
+            for name in (
+                "contrastive_loss_is_the_papers_formula",
+                "local_loss_is_ce_plus_mu_times_l_con_value_and_gradient",
+                "term_pulls_towards_the_global_and_away_from_the_previous_model",
+                "first_participation_contrasts_the_initial_network",
+                "batched_with_a_short_last_chunk_equals_serial",
+            )
+        ),
+    ),
+    "fedmix": Target(
+        {
+            "src/fedshare/strategies/fedmix.py": ("fedmix_loss",),
+            "src/fedshare/functional/mixup.py": ("mix_pair",),
+        },
+        " ".join(
+            f"tests/test_fedmix_loss.py::test_{name}"
+            for name in (
+                "code_form_is_soft_cross_entropy_on_the_beta_mix",
+                "naivemix_weighs_the_local_and_the_mean_label_by_one_minus_lambda_and_lambda",
+                "fedmix_is_the_first_order_expansion_with_its_local_term",
+            )
+        ),
+    ),
 }
 """docs/mutation.md says which entries have been run (FedPFT and XorMixFL not yet) and which
 methods have no entry."""

@@ -4,15 +4,22 @@ import importlib.util
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare import simulate
 from fedshare.data import federate, load_dataset
 from fedshare.data.federated import FederatedData
+from fedshare.strategies.base import Strategy, Update
 
 if TYPE_CHECKING:
+    from fedshare.engine.simulation import RunResult
     from fedshare.reproduce import Measured
 
 DIGITS_TRAIN = {"local_epochs": 1, "batch_size": 32, "lr": 0.05, "momentum": 0.9}
@@ -88,3 +95,56 @@ def load_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+# ---------------------------------------------------------------- exact math on a tiny model
+FULL_BATCH = {"local_epochs": 3, "batch_size": 10_000, "lr": 0.1, "momentum": 0.0}
+"""One full batch per epoch, plain SGD: K = 3 steps of θ ← θ − η·(corrected gradient)."""
+UNEQUAL = {"name": "dirichlet", "alpha": 1.0}
+"""Five clients of unequal sizes, two of them a round: n_i/n ≠ 1/N and |S| ≠ N, so the exact
+tests tell Σ_S (n_i/n)·Δc_i from (|S|/N)·mean_S or mean_S, and α/m from α/|S|."""
+ROUNDS = 3
+
+
+def tiny_run(
+    strategy: Strategy, train: dict = FULL_BATCH
+) -> tuple[FederatedData, list[torch.Tensor], "RunResult", list[list[int]]]:
+    """A linear model on digits, five unequal clients, two a round, three rounds: the
+    federation, the initial parameters, the result and the clients of each round, in order
+    (the exact-equation tests of SCAFFOLD, FedDyn, FedProx and FedAvg write the rounds out
+    by hand)."""
+    fed = digits_federation(UNEQUAL, 5)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    start = [p.detach().clone() for p in model.parameters()]
+    cohorts: list[list[int]] = []
+    own_aggregate = strategy.aggregate
+
+    def recording(updates: Iterable[Update], round_idx: int) -> None:
+        updates = list(updates)
+        cohorts.append([u.client_id for u in updates])
+        own_aggregate(updates, round_idx)
+
+    strategy.aggregate = recording
+    result = simulate(strategy, fed, model, rounds=ROUNDS, train=train, clients={"per_round": 2})
+    sizes = fed.client_sizes
+    assert len(set(sizes)) == len(sizes) and all(len(c) == 2 for c in cohorts)
+    assert len({k for c in cohorts for k in c}) > 2  # clients return with their state
+    return fed, start, result, cohorts
+
+
+def flat(params: Iterable[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([p.reshape(-1) for p in params])
+
+
+def full_gradient(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """∇ of the mean cross-entropy of `tiny_run`'s linear model at the flat parameters θ."""
+    w = theta[:640].view(10, 64).requires_grad_(True)
+    b = theta[640:].clone().requires_grad_(True)
+    F.cross_entropy(x.flatten(1) @ w.T + b, y).backward()
+    return torch.cat([w.grad.reshape(-1), b.grad])
+
+
+def client_data(fed: FederatedData) -> list[tuple[tuple[torch.Tensor, torch.Tensor], int]]:
+    """Each client's whole training set, as one batch, and its size."""
+    return [(fed.dataset.train_batch(ix), int(ix.numel())) for ix in fed.client_indices]

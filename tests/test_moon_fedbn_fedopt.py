@@ -16,7 +16,16 @@ from fedshare.strategies.base import SetupContext, Update
 from fedshare.strategies.fedbn import batchnorm_mask
 from fedshare.strategies.fedprox import add_proximal_grad_
 from fedshare.strategies.moon import contrastive_loss
-from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
+from helpers import (
+    DIGITS_TRAIN,
+    FULL_BATCH,
+    client_data,
+    digits_federation,
+    flat,
+    full_gradient,
+    tiny_run,
+    without_wall_time,
+)
 
 
 def run(strategy, data=None, model="cnn_small", rounds=3, tmp=None, resume=False, seed=0, frac=0.5):
@@ -100,6 +109,39 @@ def test_moon_term_pulls_towards_the_global_and_away_from_the_previous_model():
     assert to_prev < ce_prev - 0.01
 
 
+@pytest.mark.parametrize("projection_dim", [0, 8], ids=["features", "projection"])
+def test_moon_local_loss_is_ce_plus_mu_times_l_con_value_and_gradient(projection_dim):
+    """MOON's Eq. 3 (Li et al. 2021), ℓ = ℓ_sup + μ·ℓ_con with ℓ_con of Eq. 2, written out by
+    hand (cosine and softmax by their formulas) on the representation z (the features, or the
+    projection head's output): the loss and its gradient in every parameter."""
+    data = digits_federation("iid", 2)
+    mu, tau = 2.0, 0.5
+    moon = MOON(mu=mu, tau=tau, projection_dim=projection_dim)
+    cpu = torch.device("cpu")
+    net, glob, prev = (moon._net(init_model("cnn_small", data, i), cpu, i) for i in range(3))
+    x, y = data.dataset.train_batch(data.client_indices[0][:16])
+    with torch.no_grad():
+        z_glob, z_prev = glob(x)[1], prev(x)[1]
+    params = list(net.parameters())
+    got = moon._loss(net, x, y, z_glob, z_prev)
+    got_grads = torch.autograd.grad(got, params)
+
+    f = net.model.features(x).flatten(1)
+    z = f if net.projection is None else net.projection(f)
+
+    def cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1))
+
+    pos, neg = torch.exp(cos(z, z_glob) / tau), torch.exp(cos(z, z_prev) / tau)
+    l_con = -torch.log(pos / (pos + neg)).mean()
+    logits = net.model.head(f)
+    l_sup = -(logits - logits.exp().sum(1, keepdim=True).log())[torch.arange(16), y].mean()
+    expected = l_sup + mu * l_con
+    torch.testing.assert_close(got, expected)
+    for g, e in zip(got_grads, torch.autograd.grad(expected, params), strict=True):
+        torch.testing.assert_close(g, e, atol=1e-6, rtol=1e-4)
+
+
 def test_moon_first_participation_contrasts_the_initial_network():
     """MOON's code: a client's previous model before it ever trained is its untrained network
     (here the run's initial model), not the global model; in round 0 they coincide."""
@@ -131,6 +173,26 @@ def test_moon_first_participation_contrasts_the_initial_network():
     for rnd, _, _, z_glob, z_prev in seen:
         if rnd == 0:
             assert torch.equal(z_prev, z_glob)
+
+
+def test_moon_batched_with_a_short_last_chunk_equals_serial():
+    """Three clients a round trained two at a time (`train.batched=2`): the last chunk holds
+    one client and uses one of the two previous-model copies; two rounds (the second with
+    trained previous models) equal the serial run."""
+    data = digits_federation("iid", 10)
+    train = {**DIGITS_TRAIN, "momentum": 0.0}
+    serial, batched = (
+        simulate(
+            MOON(mu=1.0),
+            data,
+            "cnn_small",
+            rounds=2,
+            train={**train, "batched": b},
+            clients={"per_round": 3},
+        )
+        for b in (0, 2)
+    )
+    torch.testing.assert_close(weights(batched), weights(serial), atol=2e-3, rtol=0)
 
 
 @pytest.mark.parametrize("projection_dim", [0, 16])
@@ -276,6 +338,58 @@ def test_fedprox_hook_is_the_gradient_of_its_penalty(norm):
     add_proximal_grad_(params, anchor, mu, norm)
     for p, e in zip(params, expected, strict=True):
         torch.testing.assert_close(p.grad, e)
+
+
+def proximal_by_hand(drift: torch.Tensor, mu: float, norm: str) -> torch.Tensor:
+    """∇ of μ/2·‖w − w_g‖² (squared), or of (μ/2)·Σ_t ‖w_t − w_g,t‖ over the linear model's
+    weight and bias (plain; 0 where a tensor has not moved), at the flat drift w − w_g."""
+    if norm == "squared":
+        return mu * drift
+    parts = drift[:640], drift[640:]
+    return torch.cat([mu / 2 * d / d.norm() if d.norm() > 0 else d for d in parts])
+
+
+@pytest.mark.parametrize("batched", [0, 2], ids=["serial", "batched"])
+@pytest.mark.parametrize("norm", ["squared", "plain"])
+def test_fedprox_rounds_equal_the_proximal_sgd_written_out(norm, batched):
+    """FedProx (Li et al. 2020, Algorithm 2) on a linear model, K = 3 full-batch SGD steps
+    w ← w − η(∇F_k(w) + ∇ prox(w − w_g)), then the n_k-weighted mean (FedAvg's), three rounds
+    of two clients out of five of unequal sizes; serial and batched (each row its own norm)."""
+    mu, eta = 0.5, 0.1
+    fed, start, result, cohorts = tiny_run(
+        FedProx(mu=mu, norm=norm), {**FULL_BATCH, "batched": batched}
+    )
+    data = client_data(fed)
+    x = flat(start)
+    for cohort in cohorts:
+        total, n_s = torch.zeros_like(x), 0
+        for k in cohort:
+            (xb, yb), n_k = data[k]
+            w = x.clone()
+            for _ in range(3):
+                w = w - eta * (full_gradient(w, xb, yb) + proximal_by_hand(w - x, mu, norm))
+            total, n_s = total + n_k * w, n_s + n_k
+        x = total / n_s
+    got = flat(result.strategy.model.parameters()).detach()
+    torch.testing.assert_close(got, x, atol=1e-6, rtol=0)
+    avg = flat(tiny_run(FedAvg())[2].strategy.model.parameters()).detach()
+    assert (avg - x).abs().max() > 1e-3  # the proximal term acted
+
+
+def test_fedprox_batched_rows_take_their_own_plain_norm():
+    """Mini-batches of equal shape stack both clients into one step (the full-batch test above
+    steps each client alone): each row's proximal gradient uses its own tensors' norms, so the
+    batched rounds equal the serial ones (checked by hand above)."""
+    train = {**FULL_BATCH, "local_epochs": 1, "batch_size": 16}
+    serial, batched = (
+        flat(
+            tiny_run(FedProx(mu=0.5, norm="plain"), {**train, "batched": b})[
+                2
+            ].strategy.model.parameters()
+        )
+        for b in (0, 2)
+    )
+    torch.testing.assert_close(batched.detach(), serial.detach(), atol=1e-5, rtol=0)
 
 
 def test_fedprox_rejects_an_unknown_norm():

@@ -6,7 +6,6 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch import nn
@@ -20,7 +19,16 @@ from fedshare.paper.compare import entries, method_overrides
 from fedshare.run import config_dir, group_params
 from fedshare.strategies import FedAvg, FedDyn, Scaffold, make_strategy
 from fedshare.strategies.base import SetupContext, Update
-from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
+from helpers import (
+    DIGITS_TRAIN,
+    FULL_BATCH,
+    client_data,
+    digits_federation,
+    flat,
+    full_gradient,
+    tiny_run,
+    without_wall_time,
+)
 
 BYTES = {"bytes_up", "bytes_down", "bytes_shared", "bytes_shared_round"}
 PLAIN_SGD = {**DIGITS_TRAIN, "momentum": 0.0}
@@ -37,55 +45,27 @@ def param_bytes(model: nn.Module) -> int:
 
 
 # ---------------------------------------------------------------- exact math on a tiny model
-FULL_BATCH = {"local_epochs": 3, "batch_size": 10_000, "lr": 0.1, "momentum": 0.0}
-"""One full batch per epoch, plain SGD: K = 3 steps of θ ← θ − η·(corrected gradient)."""
-UNEQUAL = {"name": "dirichlet", "alpha": 1.0}
-"""Five clients of unequal sizes, two of them a round: n_i/n ≠ 1/N and |S| ≠ N, so the exact
-tests tell Σ_S (n_i/n)·Δc_i from (|S|/N)·mean_S or mean_S, and α/m from α/|S|."""
-ROUNDS = 3
+def clipped(g: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """torch's `clip_grad_norm_` on one flat gradient (0: off)."""
+    return g * min(1.0, max_norm / (float(g.norm()) + 1e-6)) if max_norm else g
 
 
-def tiny_run(strategy, train=FULL_BATCH):
-    """A linear model on digits, partial participation; the clients of each round, in order."""
-    fed = digits_federation(UNEQUAL, 5)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
-    start = [p.detach().clone() for p in model.parameters()]
-    cohorts: list[list[int]] = []
-    own_aggregate = strategy.aggregate
-
-    def recording(updates: Iterable[Update], round_idx: int) -> None:
-        updates = list(updates)
-        cohorts.append([u.client_id for u in updates])
-        own_aggregate(updates, round_idx)
-
-    strategy.aggregate = recording
-    result = simulate(strategy, fed, model, rounds=ROUNDS, train=train, clients={"per_round": 2})
-    sizes = fed.client_sizes
-    assert len(set(sizes)) == len(sizes) and all(len(c) == 2 for c in cohorts)
-    assert len({k for c in cohorts for k in c}) > 2  # clients return with their state
-    return fed, start, result, cohorts
-
-
-def flat(params) -> torch.Tensor:
-    return torch.cat([p.reshape(-1) for p in params])
-
-
-def full_gradient(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    w = theta[:640].view(10, 64).requires_grad_(True)
-    b = theta[640:].clone().requires_grad_(True)
-    F.cross_entropy(x.flatten(1) @ w.T + b, y).backward()
-    return torch.cat([w.grad.reshape(-1), b.grad])
-
-
-def client_data(fed):
-    return [(fed.dataset.train_batch(ix), int(ix.numel())) for ix in fed.client_indices]
-
-
-def scaffold_by_hand(fed, start, cohorts, lr_global, momentum=0.0, after_step=False):
-    """Option II with the server's Σ_S (n_i/n)·Δc_i; local SGD on g − c_i + c, or (after_step)
-    SGD with momentum on g followed by y −= η(c − c_i), as ReBaFL's code."""
-    eta, steps, n = 0.1, 3, sum(fed.client_sizes)
+def scaffold_by_hand(
+    fed,
+    start,
+    cohorts,
+    lr_global,
+    momentum=0.0,
+    after_step=False,
+    steps=3,
+    clip_norm=0.0,
+    by_fraction=True,
+):
+    """Option II (Karimireddy et al. 2020, Algorithm 1 with option II of Eq. 4) with the
+    server's c += Σ_S (n_i/n)·Δc_i (`by_fraction`; else the cohort's n_i-weighted mean of
+    Δc_i); local SGD on clip(g) − c_i + c, or (after_step) SGD with momentum on clip(g)
+    followed by y −= η(c − c_i), as ReBaFL's code; K = `steps` full-batch steps."""
+    eta, n = 0.1, sum(fed.client_sizes)
     data = client_data(fed)
     x, c = flat(start), torch.zeros(650)
     c_i = [torch.zeros(650) for _ in data]
@@ -95,7 +75,7 @@ def scaffold_by_hand(fed, start, cohorts, lr_global, momentum=0.0, after_step=Fa
             (xb, yb), n_k = data[k]
             y, buf = x.clone(), None
             for _ in range(steps):
-                g = full_gradient(y, xb, yb)
+                g = clipped(full_gradient(y, xb, yb), clip_norm)
                 if not after_step:
                     g = g - c_i[k] + c
                 buf = g if buf is None else momentum * buf + g
@@ -108,16 +88,54 @@ def scaffold_by_hand(fed, start, cohorts, lr_global, momentum=0.0, after_step=Fa
             n_s += n_k
             c_i[k] = new
         x = x + lr_global * (sum(ys) / n_s - x)
-        c = c + sum(dcs) / n
+        c = c + sum(dcs) / (n if by_fraction else n_s)
     return x, c
 
 
-def test_scaffold_option_ii_equations_exactly():
-    fed, start, result, cohorts = tiny_run(Scaffold(lr_global=0.5))
-    x, c = scaffold_by_hand(fed, start, cohorts, 0.5)
+@pytest.mark.parametrize(
+    ("params", "train"),
+    [
+        ({"lr_global": 0.5}, {}),
+        ({"lr_global": 0.5}, {"batched": 2}),
+        ({"clip_norm": 0.5, "scale_c_by_fraction": False}, {"local_epochs": 1}),
+        ({"clip_norm": 0.5, "scale_c_by_fraction": False}, {"local_epochs": 1, "batched": 2}),
+    ],
+    ids=["serial", "batched", "clipped-cohort-mean-one-step", "clipped-batched"],
+)
+def test_scaffold_option_ii_equations_exactly(params, train):
+    """x and c after three rounds equal option II written out by hand, serial and batched;
+    also with the gradient clipped (ReBaFL's setting), c moved by the cohort's mean Δc_i, and
+    K = 1 local step (the control update must not need more)."""
+    train = {**FULL_BATCH, **train}
+    fed, start, result, cohorts = tiny_run(Scaffold(**params), train)
+    x, c = scaffold_by_hand(
+        fed,
+        start,
+        cohorts,
+        params.get("lr_global", 1.0),
+        steps=train["local_epochs"],
+        clip_norm=params.get("clip_norm", 0.0),
+        by_fraction=params.get("scale_c_by_fraction", True),
+    )
     got = result.strategy
     assert torch.allclose(flat(got.model.parameters()).detach(), x, atol=1e-5)
     assert torch.allclose(got.c, c, atol=1e-4)
+    assert c.norm() > 0.1  # the controls moved
+    if params.get("clip_norm"):  # the clip acted: the first raw gradient is longer
+        assert full_gradient(flat(start), *client_data(fed)[cohorts[0][0]][0]).norm() > 1.0
+
+
+def test_scaffold_without_control_updates_keeps_c_zero_and_is_fedavg():
+    """`update_controls=false`: no client or server control moves, the rounds are FedAvg's
+    (the paper's SCAFFOLD with c = c_i = 0) bit for bit: with lr_global = 1 the server takes
+    the mean itself, not x + 1·(ȳ − x)."""
+    fed, start, result, cohorts = tiny_run(Scaffold(update_controls=False))
+    got = result.strategy
+    assert torch.equal(got.c, torch.zeros_like(got.c))
+    x, _ = scaffold_by_hand(fed, start, cohorts, 1.0)
+    fedavg_x = flat(tiny_run(FedAvg())[2].strategy.model.parameters()).detach()
+    assert torch.equal(flat(got.model.parameters()).detach(), fedavg_x)
+    assert not torch.allclose(fedavg_x, x, atol=1e-4)  # SCAFFOLD's controls would differ
 
 
 def test_scaffold_after_step_correction_is_rebafls_code_exactly():
@@ -188,10 +206,16 @@ def test_rebafl_tables_name_the_forms_their_momentum_needs(table):
                 plain.setup(context)
 
 
+@pytest.mark.parametrize("batched", [0, 2], ids=["serial", "batched"])
 @pytest.mark.parametrize("mean", ["samples", "plain"])
-def test_feddyn_equations_exactly(mean):
+def test_feddyn_equations_exactly(mean, batched):
+    """θ and h after three rounds equal FedDyn's Algorithm 1 (Acar et al. 2021) written out by
+    hand: local steps on ∇L_k − ∇L_k(θ_k^{t−1}) + α(θ − θ^{t−1}), the state update, h and the
+    server model, with the cohort's mean weighted by samples or plain."""
     alpha = 0.1
-    fed, start, result, cohorts = tiny_run(FedDyn(alpha=alpha, mean=mean))
+    fed, start, result, cohorts = tiny_run(
+        FedDyn(alpha=alpha, mean=mean), {**FULL_BATCH, "batched": batched}
+    )
     eta, steps, m = 0.1, 3, 5
     data = client_data(fed)
     theta, h = flat(start), torch.zeros(650)
