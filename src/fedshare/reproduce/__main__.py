@@ -20,7 +20,7 @@ from fedshare.reproduce.jobs import (
     needed_data,
     scale_columns,
 )
-from fedshare.reproduce.launch import DONE, NEW, RESTART, RESUME, plan, run_cells
+from fedshare.reproduce.launch import DONE, FAILED, NEW, RESTART, RESUME, plan, run_cells
 from fedshare.reproduce.measure import Measured, measure
 from fedshare.reproduce.render import plot, tables_markdown, write_csv
 
@@ -135,18 +135,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = args.out or default_out(args.table, args.scale)
     claim(out, args.table, args.scale)
     before = plan(chosen, out)
-    counts = {s: sum(p.state == s for p in before) for s in (DONE, RESUME, RESTART, NEW)}
+    counts = {s: sum(p.state == s for p in before) for s in (DONE, FAILED, RESUME, RESTART, NEW)}
+    retry = "to retry" if args.retry_failed else "failed (kept; --retry-failed reruns them)"
     print(
         f"{args.table} at scale {args.scale}: {len(chosen)} cells in {out} — "
-        f"{counts[DONE]} done, {counts[RESUME]} to resume, {counts[RESTART]} to restart, "
-        f"{counts[NEW]} new",
+        f"{counts[DONE]} done, {counts[FAILED]} {retry}, {counts[RESUME]} to resume, "
+        f"{counts[RESTART]} to restart, {counts[NEW]} new",
         flush=True,
     )
     extra = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
-    after = run_cells(chosen, out, args.jobs, args.launcher, extra)
+    after = run_cells(chosen, out, args.jobs, args.launcher, extra, args.retry_failed)
     left = [p for p in after if p.state != DONE]
     for p in left:
-        print(f"not finished: {p.cell.folder} ({p.state})", file=sys.stderr)
+        why = ""
+        if p.state == FAILED:
+            summary = json.loads((out / p.cell.folder / "summary.json").read_text())
+            why = f": {summary.get('status')}: {summary.get('error') or 'no error recorded'}"
+        print(f"not finished: {p.cell.folder} ({p.state}{why})", file=sys.stderr)
     print(
         f"{len(after) - len(left)} of {len(after)} cells done; "
         f"report: python -m fedshare.reproduce report {args.table} {out}"
@@ -203,6 +208,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=int, default=1, help="cells at once (joblib launcher)")
     run.add_argument(
         "--launcher", help="a Hydra launcher, e.g. joblib, submitit_local, submitit_slurm"
+    )
+    run.add_argument(
+        "--retry-failed", action="store_true", help="rerun cells whose run failed or diverged"
     )
     run.add_argument("--workers", type=int, help="processes per run (passed as workers=K)")
     run.add_argument(
