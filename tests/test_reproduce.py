@@ -14,9 +14,10 @@ from hydra import compose, initialize_config_dir
 from fedshare.errors import FedshareError
 from fedshare.paper.compare import entries
 from fedshare.reproduce import available_jobs, cells, launch, load_job, measure, run_cells
+from fedshare.reproduce.__main__ import main
 from fedshare.reproduce.docs import regenerate
 from fedshare.reproduce.jobs import merged
-from fedshare.reproduce.launch import DONE, RESUME, state_of
+from fedshare.reproduce.launch import DONE, FAILED, RESTART, RESUME, state_of
 from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
 
@@ -76,7 +77,7 @@ def test_bad_names_are_one_sentence_errors():
         load_job("flea/table9")
     with pytest.raises(FedshareError, match="has no scale 'cpu'"):
         cells("rebafl/table2", "cpu")
-    with pytest.raises(FedshareError, match="no method 'nope'; methods: fedavg, fedprox"):
+    with pytest.raises(FedshareError, match="no method 'nope'; methods: fedavg, fedprox, diverges"):
         cells(TINY, methods=["nope"])
     proc = subprocess.run(
         [sys.executable, "-m", "fedshare.reproduce", "run", "flea/table9"],
@@ -86,19 +87,31 @@ def test_bad_names_are_one_sentence_errors():
     assert proc.returncode == 2 and "no reproducible table" in proc.stderr
 
 
-def test_second_run_starts_nothing_and_report_renders(tmp_path, monkeypatch):
+def test_a_failed_cell_is_kept_the_others_finish_and_a_second_run_starts_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    """The tiny table through the basic launcher (one process): the diverging cell is
+    recorded as failed and the two others finish; a second run starts no process and touches
+    no file; `--retry-failed` would rerun only the failed cell; report and docs render."""
     out = tmp_path / "tiny"
     tiny = cells(TINY)
-    first = run_cells(tiny, out, jobs=2)  # two at once, through the joblib launcher
-    assert [p.state for p in first] == [DONE, DONE]
+    first = run_cells(tiny, out)
+    assert [p.state for p in first] == [DONE, DONE, FAILED]
+    diverged = json.loads((out / tiny[2].folder / "summary.json").read_text())
+    assert diverged["status"] == "diverged" and "non-finite" in diverged["error"]
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
 
     def refuse(*args, **kwargs):
         raise AssertionError("a second run started a process")
 
     monkeypatch.setattr(launch.subprocess, "run", refuse)
-    assert [p.state for p in run_cells(tiny, out)] == [DONE, DONE]
+    assert [p.state for p in run_cells(tiny, out)] == [DONE, DONE, FAILED]
     assert stamps == {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    started = []
+    monkeypatch.setattr(launch.subprocess, "run", lambda cmd, **kw: started.append(cmd))
+    run_cells(tiny, out, retry_failed=True)
+    (retried,) = json.loads((out / "cells.json").read_text())
+    assert len(started) == 1 and "train.lr=1e9" in retried and "overwrite=true" in retried
 
     measured = {m.method: m for m in measure(tiny, load_job(TINY).numbers, out)}
     for method in ("fedavg", "fedprox"):
@@ -109,15 +122,13 @@ def test_second_run_starts_nothing_and_report_renders(tmp_path, monkeypatch):
         )
     # the fixture's made-up "paper" numbers: FedProx's 10 % is far below anything measured
     assert not measured["fedprox"].comparison.ok
+    assert measured["diverges"].values == [] and measured["diverges"].comparison is None
 
-    monkeypatch.undo()
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedshare.reproduce", "report", TINY, str(out)],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    row = next(line for line in proc.stdout.splitlines() if line.startswith("| digits_quick"))
+    with pytest.raises(SystemExit) as stop:
+        main(["report", TINY, str(out)])
+    assert stop.value.code == 0
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("| digits_quick"))
     assert f"{measured['fedavg'].values[0]:.2f} (1)" in row and "80.00 ± 0.00" in row
     assert {p.name for p in out.iterdir()} >= {"report.md", "report.csv", "report.png"}
 
@@ -132,6 +143,37 @@ def test_second_run_starts_nothing_and_report_renders(tmp_path, monkeypatch):
     assert regenerate([gone]) == [] and "kept" in gone.read_text()
 
 
+@pytest.mark.slow
+def test_cells_run_in_parallel_through_joblib(tmp_path):
+    out = tmp_path / "tiny"
+    tiny = cells(TINY, methods=["fedavg", "fedprox"])
+    assert [p.state for p in run_cells(tiny, out, jobs=2)] == [DONE, DONE]
+    assert "hydra/launcher=joblib" in launch.launcher_overrides(2, None)
+
+
+def test_an_interrupted_cell_is_resumed_and_one_without_a_checkpoint_restarted(tmp_path):
+    """The folders an interrupted run leaves: with a checkpoint, the cell's job resumes it in
+    place; with run files but no checkpoint, it starts over (the real interruption:
+    test_interrupted_run_continues_from_its_checkpoint, slow tier)."""
+    out = tmp_path / "tiny"
+    fedavg, fedprox, _ = cells(TINY)
+    interrupted = out / fedavg.folder
+    interrupted.mkdir(parents=True)
+    (interrupted / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    (interrupted / "checkpoint.pt").write_bytes(b"")
+    early = out / fedprox.folder
+    early.mkdir(parents=True)
+    (early / "config.yaml").write_text("seed: 0\n")
+    planned = launch.plan([fedavg, fedprox], out)
+    assert [p.state for p in planned] == [RESUME, RESTART]
+    launch.command(planned, out)
+    jobs = json.loads((out / "cells.json").read_text())
+    assert jobs[0][-2:] == [f"hydra.sweep.subdir={fedavg.folder}", "resume=true"]
+    assert f"run_dir={interrupted.resolve()}" in jobs[0]
+    assert jobs[1][-1] == "overwrite=true"
+
+
+@pytest.mark.slow
 def test_interrupted_run_continues_from_its_checkpoint(tmp_path):
     """SIGINT stops `run` during the cell's first rounds; the next `run` resumes that run
     folder (its first rounds' records stay as they were) instead of starting it over."""

@@ -69,11 +69,14 @@ class SweepOutcome(Callback):
 def member_folders(sweep_dir: Path) -> list[Path]:
     """The members' folders of a sweep: those holding a run's files at any depth (a sweep
     of `fedshare.reproduce` nests them as <column>/<method>/seed<k>), and each top-level
-    folder holding none (a member that left nothing)."""
+    folder holding none (a member that left nothing; hidden ones, such as submitit's
+    `.submitit`, are the launcher's)."""
     runs = {p.parent for name in (MARKER, "summary.json") for p in sweep_dir.rglob(name)}
     empty = {
         d
         for d in sweep_dir.iterdir()
-        if d.is_dir() and not any(d == r or d in r.parents for r in runs)
+        if d.is_dir()
+        and not d.name.startswith(".")
+        and not any(d == r or d in r.parents for r in runs)
     }
     return sorted(runs | empty)
