@@ -1,10 +1,12 @@
-"""`python -m fedshare.reproduce list | run | report | docs` (docs/reproduce.md)."""
+"""`python -m fedshare.reproduce list | run | report | store | docs` (docs/reproduce.md)."""
 
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
@@ -21,7 +23,7 @@ from fedshare.reproduce.jobs import (
     scale_columns,
 )
 from fedshare.reproduce.launch import DONE, FAILED, NEW, RESTART, RESUME, plan, run_cells
-from fedshare.reproduce.measure import Measured, measure
+from fedshare.reproduce.measure import Measured, load_stored, measure, stored_cells
 from fedshare.reproduce.render import plot, tables_markdown, write_csv
 
 USER_ERROR = 2
@@ -117,17 +119,21 @@ def claim(out: Path, table: str, scale: str) -> None:
 
 
 def scale_of(out: Path, table: str, given: str | None) -> str:
-    mark = out / MARK
-    if not out.is_dir():
-        raise FedshareError(f"no such folder: {str(out)!r}")
-    if mark.is_file():
-        held = json.loads(mark.read_text())
-        if held["table"] != table:
-            raise FedshareError(f"{out} holds {held['table']}, not {table}")
-        if given and given != held["scale"]:
-            raise FedshareError(f"{out} holds scale {held['scale']}, not {given}")
-        return str(held["scale"])
-    return given or "paper"
+    """The scale of `out`: a table's output folder (its `reproduce.json`) or a stored file."""
+    if out.is_file():
+        held: dict[str, str] | None = load_stored(out)
+    elif out.is_dir():
+        mark = out / MARK
+        held = json.loads(mark.read_text()) if mark.is_file() else None
+    else:
+        raise FedshareError(f"no such folder or stored file: {str(out)!r}")
+    if held is None:
+        return given or "paper"
+    if held["table"] != table:
+        raise FedshareError(f"{out} holds {held['table']}, not {table}")
+    if given and given != held["scale"]:
+        raise FedshareError(f"{out} holds scale {held['scale']}, not {given}")
+    return str(held["scale"])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -167,6 +173,10 @@ def render(
     items = measure(chosen, job.numbers, out)
     note = job.scale(scale).note
     head = f"Scale `{scale}`: {note}.\n\n" if note else ""
+    if out.is_file():
+        stored = load_stored(out)
+        source = "; ".join(str(stored[k]) for k in ("command", "date", "source") if stored.get(k))
+        head += f"Stored results ({out.name}): {source}.\n\n" if source else ""
     return items, head + tables_markdown(items)
 
 
@@ -181,6 +191,36 @@ def cmd_report(args: argparse.Namespace) -> None:
     plot(items, target / "report.png", note)
     print(text)
     print(f"wrote report.md, report.csv, report.png to {target}")
+
+
+def cmd_store(args: argparse.Namespace) -> None:
+    scale = scale_of(args.out_dir, args.table, args.scale)
+    if not args.out_dir.is_dir():
+        raise FedshareError(f"store reads a folder of runs; {args.out_dir} is not one")
+    chosen = cells(args.table, scale, args.columns, args.methods, args.seeds)
+    found = stored_cells(measure(chosen, load_job(args.table).numbers, args.out_dir))
+    if not found:
+        raise FedshareError(f"{args.out_dir} holds no completed cell of {args.table} at {scale}")
+    summaries = [args.out_dir / c.folder / "summary.json" for c in chosen]
+    latest = max(p.stat().st_mtime for p in summaries if p.is_file())
+    selection = [
+        *(["--columns", *map(shlex.quote, args.columns)] if args.columns else []),
+        *(["--methods", *args.methods] if args.methods else []),
+        *(["--seeds", *map(str, args.seeds)] if args.seeds else []),
+    ]
+    data = {
+        "table": args.table,
+        "scale": scale,
+        "command": " ".join(
+            ["python -m fedshare.reproduce run", args.table, "--scale", scale, *selection]
+        ),
+        "date": datetime.fromtimestamp(latest, UTC).strftime("%Y-%m-%d"),
+        **({"source": args.source} if args.source else {}),
+        "cells": found,
+    }
+    args.to.parent.mkdir(parents=True, exist_ok=True)
+    args.to.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {len(found)} cells to {args.to}")
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
@@ -226,6 +266,13 @@ def parser() -> argparse.ArgumentParser:
     _selection(report)
     report.add_argument("--scale", help="default: the one DIR was run at")
     report.add_argument("--to", type=Path, help="where report.md/.csv/.png go (default: DIR)")
+    store = sub.add_parser("store", help="keep a table's measured cells as a small JSON file")
+    store.add_argument("table")
+    store.add_argument("out_dir", type=Path, metavar="DIR", help="the folder `run` wrote")
+    _selection(store)
+    store.add_argument("--scale", help="default: the one DIR was run at")
+    store.add_argument("--to", type=Path, required=True, help="the file, e.g. docs/measured/...")
+    store.add_argument("--source", help="where and how it was measured (machine, settings)")
     docs = sub.add_parser("docs", help="regenerate the docs' reproduce:... blocks")
     docs.add_argument("files", nargs="*", type=Path, help="default: docs/*.md and README.md")
     docs.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
@@ -234,7 +281,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    commands = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "docs": cmd_docs}
+    commands = {
+        "list": cmd_list,
+        "run": cmd_run,
+        "report": cmd_report,
+        "store": cmd_store,
+        "docs": cmd_docs,
+    }
     try:
         code = commands[args.command](args)
     except FedshareError as err:

@@ -54,7 +54,7 @@ def measured_text(item: Measured) -> str:
     if mean is None:
         return MISSING
     spread = "" if std is None else f" ± {std:.2f}"
-    return f"{mean:.2f}{spread} ({len(item.values)})"
+    return f"{mean:.2f}{spread} ({item.n})"
 
 
 def within_text(item: Measured) -> str:
@@ -139,7 +139,7 @@ def write_csv(items: Sequence[Measured], path: Path) -> None:
                     item.column,
                     item.method,
                     item.metric,
-                    len(item.values),
+                    item.n,
                     ";".join(map(str, item.seeds)),
                     "" if mean is None else mean,
                     "" if std is None else std,
@@ -162,7 +162,7 @@ def plot(items: Sequence[Measured], path: Path, title: str) -> None:
     fig = Figure(figsize=(5.5, 5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    shown = [i for i in items if i.paper is not None and i.values]
+    shown = [i for i in items if i.paper is not None and i.n]
     for numbers in dict.fromkeys(i.numbers for i in shown):
         mine = [i for i in shown if i.numbers == numbers]
         ax.errorbar(
