@@ -181,7 +181,14 @@ def test_interrupted_run_continues_from_its_checkpoint(tmp_path):
     command = [sys.executable, "-m", "fedshare.reproduce", "run", TINY, "--methods", "fedavg"]
     command += ["--out", str(out)]
     slow = [*command, "--set", "rounds=6", "train.local_epochs=3"]
-    proc = subprocess.Popen(slow, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        slow,
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C's signal reaches it even where this process was started with SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     metrics = out / "digits_quickstart" / "fedavg" / "seed0" / "metrics.jsonl"
     try:
         while not (metrics.parent / "checkpoint.pt").exists():
