@@ -16,7 +16,7 @@ from fedshare.paper.compare import entries
 from fedshare.reproduce import available_jobs, cells, launch, load_job, measure, run_cells
 from fedshare.reproduce.__main__ import main
 from fedshare.reproduce.docs import regenerate
-from fedshare.reproduce.jobs import merged
+from fedshare.reproduce.jobs import merged, scale_methods
 from fedshare.reproduce.launch import DONE, FAILED, RESTART, RESUME, state_of
 from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
@@ -68,7 +68,7 @@ def test_every_scale_composes():
             for scale in job.scales:
                 cell = cells(name, scale, seeds=[0])[0]
                 cfg = compose("config", overrides=list(cell.overrides))
-                strategy = job.methods[cell.method][0].removeprefix("strategy=")
+                strategy = scale_methods(job, scale)[cell.method][0].removeprefix("strategy=")
                 assert cfg.strategy.name == strategy, (name, scale, cell.method)
 
 
