@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from fedshare.errors import FedshareError
 from fedshare.paper.compare import entries
 from fedshare.reproduce import available_jobs, cells, launch, load_job, measure, run_cells
 from fedshare.reproduce.__main__ import main
-from fedshare.reproduce.docs import regenerate
+from fedshare.reproduce.docs import BLOCK, default_files, regenerate
 from fedshare.reproduce.jobs import merged, scale_methods
 from fedshare.reproduce.launch import DONE, FAILED, RESTART, RESUME, state_of
 from fedshare.results.rundir import read_metrics
@@ -246,3 +247,65 @@ def test_report_reads_each_tables_metric_beside_the_papers_number(tmp_path):
     assert (test.metric, test.values) == ("final_accuracy", [90.0, 90.0])
     assert (label9.metric, label9.values) == ("target_label_accuracy", [50.0, 54.0])
     assert label9.paper[0] == 52.89 and label9.comparison.ok
+
+
+def test_store_keeps_a_run_folders_cells_and_report_reads_them_back(tmp_path):
+    """`store` writes the measured cells of a run folder to a small JSON file; `measure`
+    reads the same values and curve statistics from it; a stored mean ± std (numbers kept
+    without their per-seed values) renders as such."""
+    from fedshare.reproduce.render import tables_markdown
+
+    runs = tmp_path / "runs"
+    t2 = cells("xormixfl/table2", columns=["=[9]"], methods=["xormixfl"], seeds=[0, 1])
+    for cell, acc in zip(t2, (91.0, 92.0), strict=True):
+        fake_run(runs / cell.folder, acc, [0.0] * 10, [9])
+    stored = tmp_path / "t2.json"
+    with pytest.raises(SystemExit) as stop:
+        main(["store", "xormixfl/table2", str(runs), "--columns", "=[9]", "--to", str(stored)])
+    assert stop.value.code == 0
+    data = json.loads(stored.read_text())
+    assert data["table"] == "xormixfl/table2" and data["command"].startswith("python -m")
+    (cell,) = data["cells"]
+    assert (cell["seeds"], cell["values"]) == ([0, 1], [91.0, 92.0])
+    numbers = load_job("xormixfl/table2").numbers
+    (from_runs,), (from_file,) = measure(t2, numbers, runs), measure(t2, numbers, stored)
+    assert from_file.values == from_runs.values and from_file.curves == from_runs.curves
+    assert tables_markdown([from_file]) == tables_markdown([from_runs])
+
+    data["cells"] = [{**cell, "seeds": [0, 1, 2], "mean": 95.23, "std": 0.4}]
+    del data["cells"][0]["values"], data["cells"][0]["curves"]
+    stored.write_text(json.dumps(data))
+    three = cells("xormixfl/table2", columns=["=[9]"], methods=["xormixfl"], seeds=[0, 1, 2])
+    (item,) = measure(three, numbers, stored)
+    assert item.n == 3 and item.mean_std == (95.23, 0.4)
+    assert "95.23 ± 0.40 (3)" in tables_markdown([item])
+    stored.write_text(json.dumps({"cells": [{"column": "x"}]}))
+    with pytest.raises(FedshareError, match="not a stored file of measured cells"):
+        measure(three, numbers, stored)
+
+
+def test_the_docs_tables_are_generated_from_the_stored_cells_and_a_hand_edit_is_found(
+    tmp_path, monkeypatch
+):
+    """Every `reproduce:` block of docs/ reads cells that are in the repository
+    (docs/measured/), and regenerating changes nothing; an edited number is found."""
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    docs = default_files()
+    blocks = [m["args"] for path in docs for m in BLOCK.finditer(path.read_text())]
+    assert len(blocks) >= 7
+    for args in blocks:
+        source = Path(shlex.split(args)[1])
+        assert source.is_file() and source.parts[:2] == ("docs", "measured"), args
+    assert regenerate(docs, check=True) == []
+
+    edited = tmp_path / "xormixfl.md"
+    text = (root / "docs" / "xormixfl.md").read_text()
+    assert "| XorMixFL              | 95.23 (94.44) ✓" in text
+    edited.write_text(
+        text.replace(
+            "| XorMixFL              | 95.23 (94.44) ✓", "| XorMixFL              | 96.23 (94.44) ✓"
+        )
+    )
+    assert regenerate([edited], check=True) == [edited]
+    assert regenerate([edited]) == [edited] and edited.read_text() == text

@@ -137,11 +137,12 @@ def load_stored(path: Path) -> dict[str, Any]:
         isinstance(c, dict)
         and {"numbers", "column", "method", "seeds"} <= c.keys()
         and ("values" in c or "mean" in c)
+        and all(len(c.get(k, c["seeds"])) == len(c["seeds"]) for k in ("values", "curves"))
         for c in cells
     ):
         raise FedshareError(
             f"{path} is not a stored file of measured cells (a 'cells' list, each with "
-            f"numbers, column, method, seeds and values or mean)"
+            f"numbers, column, method, seeds and values (one a seed) or mean)"
         )
     return cast(dict[str, Any], data)
 
