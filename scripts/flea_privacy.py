@@ -12,7 +12,7 @@ prints a table and draws `privacy.png` (dCor per round; decoder training MSE per
     # the Fashion-MNIST trade-off of docs/flea.md (the `flea/table1 --scale fmnist` setting)
     python scripts/flea_privacy.py --experiment flea/cifar10_qua3_n100 --out runs/fmnist_privacy \
         --rounds 30 --keep 30 --lambdas 0 3 --decoders dense --attack-train 2000 --attack-test 500 \
-        --set data=fmnist data.train_subset=5000 data.test_subset=1000 data.static_augment=null \
+        --set data=fmnist data.train_subset=5000 data.test_subset=1000 ~data.static_augment \
         model=lenet_fmnist model.share_layer=1 strategy.split_layer=1 clients.num=null \
         clients.samples_per_client=100 partition.seed=null train.local_epochs=2 train.batch_size=32
 

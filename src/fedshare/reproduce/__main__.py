@@ -153,11 +153,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     after = run_cells(chosen, out, args.jobs, args.launcher, extra, args.retry_failed)
     left = [p for p in after if p.state != DONE]
     for p in left:
-        why = ""
+        why = p.state
         if p.state == FAILED:
             summary = json.loads((out / p.cell.folder / "summary.json").read_text())
-            why = f": {summary.get('status')}: {summary.get('error') or 'no error recorded'}"
-        print(f"not finished: {p.cell.folder} ({p.state}{why})", file=sys.stderr)
+            why = f"{summary.get('status')}: {summary.get('error') or 'no error recorded'}"
+        print(f"not finished: {p.cell.folder} ({why})", file=sys.stderr)
     print(
         f"{len(after) - len(left)} of {len(after)} cells done; "
         f"report: python -m fedshare.reproduce report {args.table} {out}"
