@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from fedshare.results.rundir import MARKER
-from fedshare.sweep import SOME_MEMBERS_FAILED, member_folders
+from fedshare.results.rundir import MARKER, RunDirectory
+from fedshare.sweep import SOME_MEMBERS_FAILED, member_folders, record_failure
 from test_cli import fedshare_run
 
 SMALL = ["progress=false", "rounds=1", "clients.num=2"]
@@ -68,3 +68,13 @@ def test_sweep_members_are_found_at_any_depth_and_launcher_folders_are_not(tmp_p
         tmp_path / "a/fedprox/seed0",
         tmp_path / "b",
     ]
+
+
+def test_a_recorded_failure_can_be_overwritten_by_a_rerun(tmp_path):
+    """fedshare.reproduce's --retry-failed reruns a failed member's folder with
+    overwrite=true: the summary that record_failure wrote is fedshare's own, so it goes."""
+    folder = tmp_path / "member"
+    record_failure(folder, {"seed": 0}, "dataset 'fmnist' has no parameter 'x'")
+    assert json.loads((folder / "summary.json").read_text())["status"] == "failed"
+    RunDirectory(folder).clear()
+    assert not (folder / "summary.json").exists()

@@ -27,6 +27,7 @@ def record_failure(folder: Path, meta: dict[str, Any], error: str) -> None:
     if run.run_files():
         return
     folder.mkdir(parents=True, exist_ok=True)
+    run.mark()  # fedshare wrote it: a rerun with overwrite=true may replace it
     write_json(
         folder / "summary.json",
         {**meta, "status": "failed", "error": error, "rounds_completed": 0},
