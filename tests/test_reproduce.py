@@ -279,6 +279,8 @@ def test_store_keeps_a_run_folders_cells_and_report_reads_them_back(tmp_path):
     (item,) = measure(three, numbers, stored)
     assert item.n == 3 and item.mean_std == (95.23, 0.4)
     assert "95.23 ± 0.40 (3)" in tables_markdown([item])
+    (one,) = measure(three[:1], numbers, stored)  # seed 0 asked for: still the 3 seeds' mean
+    assert one.n == 3 and one.seeds == [0, 1, 2]
     stored.write_text(json.dumps({"cells": [{"column": "x"}]}))
     with pytest.raises(FedshareError, match="not a stored file of measured cells"):
         measure(three, numbers, stored)

@@ -45,7 +45,8 @@ class Measured:
     comparison: Comparison | None = None
     paper: tuple[float, float] | None = None
     stored: tuple[float, float | None] | None = None
-    """Mean and std over `seeds` where a stored file keeps only those (no per-seed values)."""
+    """Mean and std over `seeds` where a stored file keeps only those (no per-seed values);
+    they stand for all the seeds they were taken over, even where fewer were asked for."""
 
     @property
     def n(self) -> int:
@@ -157,11 +158,12 @@ def _add_stored(item: Measured, seed: int, stored: Sequence[dict[str, Any]]) -> 
         ) or seed not in entry["seeds"]:
             continue
         at = entry["seeds"].index(seed)
-        item.seeds.append(seed)
-        if "values" in entry:
-            item.values.append(float(entry["values"][at]))
-        else:
+        if "values" not in entry:  # a mean over all its seeds, whichever were asked for
             item.stored = (float(entry["mean"]), entry.get("std"))
+            item.seeds = list(entry["seeds"])
+            continue
+        item.seeds.append(seed)
+        item.values.append(float(entry["values"][at]))
         if entry.get("curves"):
             item.curves.append(dict(entry["curves"][at]))
 
