@@ -23,7 +23,13 @@ from fedshare.reproduce.jobs import (
     scale_columns,
 )
 from fedshare.reproduce.launch import DONE, FAILED, NEW, RESTART, RESUME, plan, run_cells
-from fedshare.reproduce.measure import Measured, load_stored, measure, stored_cells
+from fedshare.reproduce.measure import (
+    Measured,
+    load_stored,
+    measure,
+    stored_cells,
+    write_stored,
+)
 from fedshare.reproduce.render import plot, tables_markdown, write_csv
 
 USER_ERROR = 2
@@ -219,7 +225,7 @@ def cmd_store(args: argparse.Namespace) -> None:
         "cells": found,
     }
     args.to.parent.mkdir(parents=True, exist_ok=True)
-    args.to.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    write_stored(args.to, data)
     print(f"wrote {len(found)} cells to {args.to}")
 
 

@@ -148,6 +148,13 @@ def load_stored(path: Path) -> dict[str, Any]:
     return cast(dict[str, Any], data)
 
 
+def write_stored(path: Path, data: dict[str, Any]) -> None:
+    """Write a stored file: its header keys, then one line a cell (small diffs in git)."""
+    head = json.dumps({k: v for k, v in data.items() if k != "cells"}, indent=1, ensure_ascii=False)
+    cells = ",\n  ".join(json.dumps(c, ensure_ascii=False) for c in data["cells"])
+    path.write_text(f'{head.rstrip("}").rstrip()},\n "cells": [\n  {cells}\n ]\n}}\n')
+
+
 def _add_stored(item: Measured, seed: int, stored: Sequence[dict[str, Any]]) -> None:
     """Add `seed`'s stored result of `item`'s cell (per-seed values, or mean ± std)."""
     for entry in stored:
