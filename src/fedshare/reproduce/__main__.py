@@ -191,7 +191,7 @@ def cmd_report(args: argparse.Namespace) -> None:
     items, text = render(args.table, args.out_dir, scale, args)
     target = args.to or args.out_dir
     target.mkdir(parents=True, exist_ok=True)
-    note = f"{args.table} at scale {scale}, runs in {args.out_dir}"
+    note = f"{args.table} at scale {scale}, cells from {args.out_dir}"
     (target / "report.md").write_text(f"# {args.table} ({scale} scale)\n\n{text}")
     write_csv(items, target / "report.csv")
     plot(items, target / "report.png", note)
