@@ -10,10 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from fedshare.errors import FedshareError
 from fedshare.paper.compare import entries
+from fedshare.preflight import run_values
 from fedshare.reproduce import available_jobs, cells, launch, load_job, measure, run_cells
 from fedshare.reproduce.__main__ import main
 from fedshare.reproduce.docs import BLOCK, default_files, regenerate
@@ -21,6 +24,7 @@ from fedshare.reproduce.jobs import merged, scale_methods
 from fedshare.reproduce.launch import DONE, FAILED, RESTART, RESUME, state_of
 from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
+from fedshare.validation import check_run
 
 TINY = str(Path(__file__).parent / "data" / "reproduce" / "tiny.yaml")
 PAPERS = ("xormixfl", "rebafl", "flea", "fedpft", "fedaa")
@@ -71,6 +75,34 @@ def test_every_scale_composes():
                 cfg = compose("config", overrides=list(cell.overrides))
                 strategy = scale_methods(job, scale)[cell.method][0].removeprefix("strategy=")
                 assert cfg.strategy.name == strategy, (name, scale, cell.method)
+
+
+FEDPFT_CHECKS = {"fedpft/table2": ("labelshift", "chain")}
+FEDPFT_CHECKS["fedpft/table5"] = ("digits64", "digits128", "synthetic", "dp", "fidelity", "cifar10")
+
+
+def test_every_cell_of_fedpfts_claim_checks_passes_the_runs_checks():
+    """FedPFT's claim-check scales (tests/test_fedpft_claims.py runs them): every cell's
+    overrides compose and pass the run's value checks. Their rows set only the strategy, so
+    each column is composed once and each row's strategy group applied to it."""
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        for table, scales in FEDPFT_CHECKS.items():
+            for scale in scales:
+                methods = scale_methods(load_job(table), scale)
+                found = cells(table, scale, seeds=[0])
+                for column in dict.fromkeys(c.column for c in found):
+                    first = next(c for c in found if c.column == column)
+                    own = set(methods[first.method] or ())
+                    base = compose("config", overrides=[o for o in first.overrides if o not in own])
+                    for cell in (c for c in found if c.column == column):
+                        rows = methods[cell.method] or ()
+                        assert all(o.startswith("strategy") for o in rows), cell.method
+                        cfg = base.copy()
+                        group = rows[0].removeprefix("strategy=")
+                        cfg.strategy = OmegaConf.load(config_dir() / "strategy" / f"{group}.yaml")
+                        for key, _, value in (o.partition("=") for o in rows[1:]):
+                            OmegaConf.update(cfg, key, yaml.safe_load(value), merge=True)
+                        check_run(run_values(cfg))
 
 
 def test_bad_names_are_one_sentence_errors():
