@@ -22,6 +22,8 @@ from fedshare.reproduce.__main__ import main
 from fedshare.reproduce.docs import BLOCK, default_files, regenerate
 from fedshare.reproduce.jobs import merged, scale_methods
 from fedshare.reproduce.launch import DONE, FAILED, RESTART, RESUME, state_of
+from fedshare.reproduce.measure import Measured
+from fedshare.reproduce.render import tables_markdown
 from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
 from fedshare.validation import check_run
@@ -279,6 +281,17 @@ def test_report_reads_each_tables_metric_beside_the_papers_number(tmp_path):
     assert (test.metric, test.values) == ("final_accuracy", [90.0, 90.0])
     assert (label9.metric, label9.values) == ("target_label_accuracy", [50.0, 54.0])
     assert label9.paper[0] == 52.89 and label9.comparison.ok
+
+
+def test_a_checks_cells_without_paper_numbers_are_printed_as_measured_only():
+    items = [
+        Measured("fedpft_table5", "fedpft/digits_dir0.3", "centralized", "final_accuracy"),
+        Measured("fedpft_table5", "fedpft/digits_dir0.3", "kd", "final_accuracy"),
+    ]
+    items[0].values, items[0].seeds = [90.0, 92.0], [0, 1]
+    text = tables_markdown(items)
+    assert "no paper number" in text and "| centralized | 91.00 ± 1.41 (2) |" in text
+    assert "| kd          | —" in text and "Δ" not in text
 
 
 def test_store_keeps_a_run_folders_cells_and_report_reads_them_back(tmp_path):
