@@ -73,19 +73,34 @@ def run_table_cell(
     """One cell of a paper table, run and measured as `python -m fedshare.reproduce` does
     (the same job list, run folders and comparison), over `seeds` (default: the table's).
     The `paper`-marked tests run their cells this way, so the suite and the command agree."""
+    found = run_table_cells(table, "paper", out, [column], [method], seeds, extra)
+    (cell,) = [m for m in found if m.column == column and m.method == method]
+    return cell
+
+
+def run_table_cells(
+    table: str,
+    scale: str,
+    out: Path,
+    columns: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    extra: Sequence[str] = (),
+) -> list["Measured"]:
+    """The cells of a table's scale (`columns`, `methods`: exact names; default all of the
+    scale's), run into `out` as `reproduce run` runs them and measured as `report` reads them."""
     from fedshare.reproduce import cells, load_job, measure, run_cells
 
     chosen = [
         c
-        for c in cells(table, "paper", [column], [method], seeds)
-        if c.column == column and c.method == method
+        for c in cells(table, scale, columns, methods, seeds)
+        if (not columns or c.column in columns) and (not methods or c.method in methods)
     ]
-    assert chosen, f"{table} has no cell {column!r} × {method!r}"
+    assert chosen, f"{table} at scale {scale} has no cell of {columns} x {methods}"
     states = run_cells(chosen, out, extra=extra)
     unfinished = [p.cell.folder for p in states if p.state != "done"]
     assert not unfinished, f"cells did not finish: {unfinished} (see the output above)"
-    (found,) = measure(chosen, load_job(table).numbers[:1], out)
-    return found
+    return measure(chosen, load_job(table).numbers[:1], out)
 
 
 def load_script(name: str) -> ModuleType:

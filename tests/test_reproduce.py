@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -9,19 +10,30 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from fedshare.errors import FedshareError
 from fedshare.paper.compare import entries
+from fedshare.preflight import run_values
 from fedshare.reproduce import available_jobs, cells, launch, load_job, measure, run_cells
-from fedshare.reproduce.docs import regenerate
-from fedshare.reproduce.jobs import merged
-from fedshare.reproduce.launch import DONE, RESUME, state_of
+from fedshare.reproduce.__main__ import main
+from fedshare.reproduce.docs import BLOCK, default_files, regenerate
+from fedshare.reproduce.jobs import merged, scale_methods
+from fedshare.reproduce.launch import DONE, FAILED, RESTART, RESUME, state_of
+from fedshare.reproduce.measure import Measured
+from fedshare.reproduce.render import tables_markdown
 from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
+from fedshare.validation import check_run
 
 TINY = str(Path(__file__).parent / "data" / "reproduce" / "tiny.yaml")
 PAPERS = ("xormixfl", "rebafl", "flea", "fedpft", "fedaa")
+FEDPFT_CHECKS = {  # FedPFT's claim checks (tests/test_fedpft_claims.py): its named scales
+    t: tuple(s for s in load_job(t).scales if s not in ("paper", "cpu"))
+    for t in ("fedpft/table2", "fedpft/table5")
+}
 
 
 def test_every_paper_table_has_a_job_and_its_cells_cover_the_table():
@@ -60,15 +72,39 @@ def test_cell_overrides_compose_in_order_and_later_keys_win():
 
 def test_every_scale_composes():
     """The first cell of every scale of every table composes (the methods' overrides are
-    composed by each paper's own test file)."""
+    composed by each paper's own test file; FedPFT's claim checks' every cell by the next)."""
     with initialize_config_dir(str(config_dir()), version_base="1.3"):
         for name in available_jobs():
             job = load_job(name)
-            for scale in job.scales:
+            for scale in set(job.scales) - set(FEDPFT_CHECKS.get(name, ())):
                 cell = cells(name, scale, seeds=[0])[0]
                 cfg = compose("config", overrides=list(cell.overrides))
-                strategy = job.methods[cell.method][0].removeprefix("strategy=")
+                strategy = scale_methods(job, scale)[cell.method][0].removeprefix("strategy=")
                 assert cfg.strategy.name == strategy, (name, scale, cell.method)
+
+
+def test_every_cell_of_fedpfts_claim_checks_passes_the_runs_checks():
+    """FedPFT's claim-check scales (tests/test_fedpft_claims.py runs them): every cell's
+    overrides compose and pass the run's value checks. Their rows set only the strategy, so
+    each column is composed once and each row's strategy group applied to it."""
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        for table, scales in FEDPFT_CHECKS.items():
+            for scale in scales:
+                methods = scale_methods(load_job(table), scale)
+                found = cells(table, scale, seeds=[0])
+                for column in dict.fromkeys(c.column for c in found):
+                    first = next(c for c in found if c.column == column)
+                    own = set(methods[first.method] or ())
+                    base = compose("config", overrides=[o for o in first.overrides if o not in own])
+                    for cell in (c for c in found if c.column == column):
+                        rows = methods[cell.method] or ()
+                        assert all(o.startswith("strategy") for o in rows), cell.method
+                        cfg = base.copy()
+                        group = rows[0].removeprefix("strategy=")
+                        cfg.strategy = OmegaConf.load(config_dir() / "strategy" / f"{group}.yaml")
+                        for key, _, value in (o.partition("=") for o in rows[1:]):
+                            OmegaConf.update(cfg, key, yaml.safe_load(value), merge=True)
+                        check_run(run_values(cfg))
 
 
 def test_bad_names_are_one_sentence_errors():
@@ -76,7 +112,7 @@ def test_bad_names_are_one_sentence_errors():
         load_job("flea/table9")
     with pytest.raises(FedshareError, match="has no scale 'cpu'"):
         cells("rebafl/table2", "cpu")
-    with pytest.raises(FedshareError, match="no method 'nope'; methods: fedavg, fedprox"):
+    with pytest.raises(FedshareError, match="no method 'nope'; methods: fedavg, fedprox, diverges"):
         cells(TINY, methods=["nope"])
     proc = subprocess.run(
         [sys.executable, "-m", "fedshare.reproduce", "run", "flea/table9"],
@@ -86,19 +122,31 @@ def test_bad_names_are_one_sentence_errors():
     assert proc.returncode == 2 and "no reproducible table" in proc.stderr
 
 
-def test_second_run_starts_nothing_and_report_renders(tmp_path, monkeypatch):
+def test_a_failed_cell_is_kept_the_others_finish_and_a_second_run_starts_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    """The tiny table through the basic launcher (one process): the diverging cell is
+    recorded as failed and the two others finish; a second run starts no process and touches
+    no file; `--retry-failed` would rerun only the failed cell; report and docs render."""
     out = tmp_path / "tiny"
     tiny = cells(TINY)
-    first = run_cells(tiny, out, jobs=2)  # two at once, through the joblib launcher
-    assert [p.state for p in first] == [DONE, DONE]
+    first = run_cells(tiny, out)
+    assert [p.state for p in first] == [DONE, DONE, FAILED]
+    diverged = json.loads((out / tiny[2].folder / "summary.json").read_text())
+    assert diverged["status"] == "diverged" and "non-finite" in diverged["error"]
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
 
     def refuse(*args, **kwargs):
         raise AssertionError("a second run started a process")
 
     monkeypatch.setattr(launch.subprocess, "run", refuse)
-    assert [p.state for p in run_cells(tiny, out)] == [DONE, DONE]
+    assert [p.state for p in run_cells(tiny, out)] == [DONE, DONE, FAILED]
     assert stamps == {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    started = []
+    monkeypatch.setattr(launch.subprocess, "run", lambda cmd, **kw: started.append(cmd))
+    run_cells(tiny, out, retry_failed=True)
+    (retried,) = json.loads((out / "cells.json").read_text())
+    assert len(started) == 1 and "train.lr=1e9" in retried and "overwrite=true" in retried
 
     measured = {m.method: m for m in measure(tiny, load_job(TINY).numbers, out)}
     for method in ("fedavg", "fedprox"):
@@ -109,15 +157,13 @@ def test_second_run_starts_nothing_and_report_renders(tmp_path, monkeypatch):
         )
     # the fixture's made-up "paper" numbers: FedProx's 10 % is far below anything measured
     assert not measured["fedprox"].comparison.ok
+    assert measured["diverges"].values == [] and measured["diverges"].comparison is None
 
-    monkeypatch.undo()
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedshare.reproduce", "report", TINY, str(out)],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    row = next(line for line in proc.stdout.splitlines() if line.startswith("| digits_quick"))
+    with pytest.raises(SystemExit) as stop:
+        main(["report", TINY, str(out)])
+    assert stop.value.code == 0
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("| digits_quick"))
     assert f"{measured['fedavg'].values[0]:.2f} (1)" in row and "80.00 ± 0.00" in row
     assert {p.name for p in out.iterdir()} >= {"report.md", "report.csv", "report.png"}
 
@@ -132,6 +178,37 @@ def test_second_run_starts_nothing_and_report_renders(tmp_path, monkeypatch):
     assert regenerate([gone]) == [] and "kept" in gone.read_text()
 
 
+@pytest.mark.slow
+def test_cells_run_in_parallel_through_joblib(tmp_path):
+    out = tmp_path / "tiny"
+    tiny = cells(TINY, methods=["fedavg", "fedprox"])
+    assert [p.state for p in run_cells(tiny, out, jobs=2)] == [DONE, DONE]
+    assert "hydra/launcher=joblib" in launch.launcher_overrides(2, None)
+
+
+def test_an_interrupted_cell_is_resumed_and_one_without_a_checkpoint_restarted(tmp_path):
+    """The folders an interrupted run leaves: with a checkpoint, the cell's job resumes it in
+    place; with run files but no checkpoint, it starts over (the real interruption:
+    test_interrupted_run_continues_from_its_checkpoint, slow tier)."""
+    out = tmp_path / "tiny"
+    fedavg, fedprox, _ = cells(TINY)
+    interrupted = out / fedavg.folder
+    interrupted.mkdir(parents=True)
+    (interrupted / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    (interrupted / "checkpoint.pt").write_bytes(b"")
+    early = out / fedprox.folder
+    early.mkdir(parents=True)
+    (early / "config.yaml").write_text("seed: 0\n")
+    planned = launch.plan([fedavg, fedprox], out)
+    assert [p.state for p in planned] == [RESUME, RESTART]
+    launch.command(planned, out)
+    jobs = json.loads((out / "cells.json").read_text())
+    assert jobs[0][-2:] == [f"hydra.sweep.subdir={fedavg.folder}", "resume=true"]
+    assert f"run_dir={interrupted.resolve()}" in jobs[0]
+    assert jobs[1][-1] == "overwrite=true"
+
+
+@pytest.mark.slow
 def test_interrupted_run_continues_from_its_checkpoint(tmp_path):
     """SIGINT stops `run` during the cell's first rounds; the next `run` resumes that run
     folder (its first rounds' records stay as they were) instead of starting it over."""
@@ -139,7 +216,14 @@ def test_interrupted_run_continues_from_its_checkpoint(tmp_path):
     command = [sys.executable, "-m", "fedshare.reproduce", "run", TINY, "--methods", "fedavg"]
     command += ["--out", str(out)]
     slow = [*command, "--set", "rounds=6", "train.local_epochs=3"]
-    proc = subprocess.Popen(slow, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        slow,
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C's signal reaches it even where this process was started with SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     metrics = out / "digits_quickstart" / "fedavg" / "seed0" / "metrics.jsonl"
     try:
         while not (metrics.parent / "checkpoint.pt").exists():
@@ -197,3 +281,78 @@ def test_report_reads_each_tables_metric_beside_the_papers_number(tmp_path):
     assert (test.metric, test.values) == ("final_accuracy", [90.0, 90.0])
     assert (label9.metric, label9.values) == ("target_label_accuracy", [50.0, 54.0])
     assert label9.paper[0] == 52.89 and label9.comparison.ok
+
+
+def test_a_checks_cells_without_paper_numbers_are_printed_as_measured_only():
+    items = [
+        Measured("fedpft_table5", "fedpft/digits_dir0.3", "centralized", "final_accuracy"),
+        Measured("fedpft_table5", "fedpft/digits_dir0.3", "kd", "final_accuracy"),
+    ]
+    items[0].values, items[0].seeds = [90.0, 92.0], [0, 1]
+    text = tables_markdown(items)
+    assert "no paper number" in text and "| centralized | 91.00 ± 1.41 (2) |" in text
+    assert "| kd          | —" in text and "Δ" not in text
+
+
+def test_store_keeps_a_run_folders_cells_and_report_reads_them_back(tmp_path):
+    """`store` writes the measured cells of a run folder to a small JSON file; `measure`
+    reads the same values and curve statistics from it; a stored mean ± std (numbers kept
+    without their per-seed values) renders as such."""
+    from fedshare.reproduce.render import tables_markdown
+
+    runs = tmp_path / "runs"
+    t2 = cells("xormixfl/table2", columns=["=[9]"], methods=["xormixfl"], seeds=[0, 1])
+    for cell, acc in zip(t2, (91.0, 92.0), strict=True):
+        fake_run(runs / cell.folder, acc, [0.0] * 10, [9])
+    stored = tmp_path / "t2.json"
+    with pytest.raises(SystemExit) as stop:
+        main(["store", "xormixfl/table2", str(runs), "--columns", "=[9]", "--to", str(stored)])
+    assert stop.value.code == 0
+    data = json.loads(stored.read_text())
+    assert data["table"] == "xormixfl/table2" and data["command"].startswith("python -m")
+    (cell,) = data["cells"]
+    assert (cell["seeds"], cell["values"]) == ([0, 1], [91.0, 92.0])
+    numbers = load_job("xormixfl/table2").numbers
+    (from_runs,), (from_file,) = measure(t2, numbers, runs), measure(t2, numbers, stored)
+    assert from_file.values == from_runs.values and from_file.curves == from_runs.curves
+    assert tables_markdown([from_file]) == tables_markdown([from_runs])
+
+    data["cells"] = [{**cell, "seeds": [0, 1, 2], "mean": 95.23, "std": 0.4}]
+    del data["cells"][0]["values"], data["cells"][0]["curves"]
+    stored.write_text(json.dumps(data))
+    three = cells("xormixfl/table2", columns=["=[9]"], methods=["xormixfl"], seeds=[0, 1, 2])
+    (item,) = measure(three, numbers, stored)
+    assert item.n == 3 and item.mean_std == (95.23, 0.4)
+    assert "95.23 ± 0.40 (3)" in tables_markdown([item])
+    (one,) = measure(three[:1], numbers, stored)  # seed 0 asked for: still the 3 seeds' mean
+    assert one.n == 3 and one.seeds == [0, 1, 2]
+    stored.write_text(json.dumps({"cells": [{"column": "x"}]}))
+    with pytest.raises(FedshareError, match="not a stored file of measured cells"):
+        measure(three, numbers, stored)
+
+
+def test_the_docs_tables_are_generated_from_the_stored_cells_and_a_hand_edit_is_found(
+    tmp_path, monkeypatch
+):
+    """Every `reproduce:` block of docs/ reads cells that are in the repository
+    (docs/measured/), and regenerating changes nothing; an edited number is found."""
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    docs = default_files()
+    blocks = [m["args"] for path in docs for m in BLOCK.finditer(path.read_text())]
+    assert len(blocks) >= 7
+    for args in blocks:
+        source = Path(shlex.split(args)[1])
+        assert source.is_file() and source.parts[:2] == ("docs", "measured"), args
+    assert regenerate(docs, check=True) == []
+
+    edited = tmp_path / "xormixfl.md"
+    text = (root / "docs" / "xormixfl.md").read_text()
+    assert "| XorMixFL              | 95.23 (94.44) ✓" in text
+    edited.write_text(
+        text.replace(
+            "| XorMixFL              | 95.23 (94.44) ✓", "| XorMixFL              | 96.23 (94.44) ✓"
+        )
+    )
+    assert regenerate([edited], check=True) == [edited]
+    assert regenerate([edited]) == [edited] and edited.read_text() == text

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from fedshare.sweep import SOME_MEMBERS_FAILED
+from fedshare.results.rundir import MARKER, RunDirectory
+from fedshare.sweep import SOME_MEMBERS_FAILED, member_folders, record_failure
 from test_cli import fedshare_run
 
 SMALL = ["progress=false", "rounds=1", "clients.num=2"]
@@ -52,3 +53,28 @@ def test_a_sweep_with_a_bad_value_is_refused_before_any_member_starts(tmp_path):
     assert "sweep member 1 (train.lr=-1" in proc.stderr and "no member was started" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+def test_sweep_members_are_found_at_any_depth_and_launcher_folders_are_not(tmp_path):
+    """fedshare.reproduce's sweeps nest the members (<column>/<method>/seed<k>); a member
+    that left nothing is a top-level folder without run files; `.submitit` is submitit's."""
+    for name in ("a/fedavg/seed0", "a/fedprox/seed0"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / MARKER).write_text("")
+    (tmp_path / "b" / "x").mkdir(parents=True)
+    (tmp_path / ".submitit" / "123").mkdir(parents=True)
+    assert member_folders(tmp_path) == [
+        tmp_path / "a/fedavg/seed0",
+        tmp_path / "a/fedprox/seed0",
+        tmp_path / "b",
+    ]
+
+
+def test_a_recorded_failure_can_be_overwritten_by_a_rerun(tmp_path):
+    """fedshare.reproduce's --retry-failed reruns a failed member's folder with
+    overwrite=true: the summary that record_failure wrote is fedshare's own, so it goes."""
+    folder = tmp_path / "member"
+    record_failure(folder, {"seed": 0}, "dataset 'fmnist' has no parameter 'x'")
+    assert json.loads((folder / "summary.json").read_text())["status"] == "failed"
+    RunDirectory(folder).clear()
+    assert not (folder / "summary.json").exists()

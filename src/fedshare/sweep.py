@@ -13,7 +13,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from fedshare.results.rundir import RunDirectory, write_json
+from fedshare.results.rundir import MARKER, RunDirectory, write_json
 
 SOME_MEMBERS_FAILED = 1
 """The exit code of a sweep in which at least one member did not complete."""
@@ -27,6 +27,7 @@ def record_failure(folder: Path, meta: dict[str, Any], error: str) -> None:
     if run.run_files():
         return
     folder.mkdir(parents=True, exist_ok=True)
+    run.mark()  # fedshare wrote it: a rerun with overwrite=true may replace it
     write_json(
         folder / "summary.json",
         {**meta, "status": "failed", "error": error, "rounds_completed": 0},
@@ -57,10 +58,26 @@ class SweepOutcome(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        folders = sorted(p for p in sweep_dir.iterdir() if p.is_dir()) if sweep_dir.is_dir() else []
+        folders = member_folders(sweep_dir) if sweep_dir.is_dir() else []
         SweepOutcome.members = len(folders)
         SweepOutcome.failed = [
-            f"{folder.name} ({problem})"
+            f"{folder.relative_to(sweep_dir)} ({problem})"
             for folder in folders
             if (problem := member_problem(folder)) is not None
         ]
+
+
+def member_folders(sweep_dir: Path) -> list[Path]:
+    """The members' folders of a sweep: those holding a run's files at any depth (a sweep
+    of `fedshare.reproduce` nests them as <column>/<method>/seed<k>), and each top-level
+    folder holding none (a member that left nothing; hidden ones, such as submitit's
+    `.submitit`, are the launcher's)."""
+    runs = {p.parent for name in (MARKER, "summary.json") for p in sweep_dir.rglob(name)}
+    empty = {
+        d
+        for d in sweep_dir.iterdir()
+        if d.is_dir()
+        and not d.name.startswith(".")
+        and not any(d == r or d in r.parents for r in runs)
+    }
+    return sorted(runs | empty)

@@ -1,10 +1,12 @@
-"""`python -m fedshare.reproduce list | run | report | docs` (docs/reproduce.md)."""
+"""`python -m fedshare.reproduce list | run | report | store | docs` (docs/reproduce.md)."""
 
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
@@ -20,8 +22,14 @@ from fedshare.reproduce.jobs import (
     needed_data,
     scale_columns,
 )
-from fedshare.reproduce.launch import DONE, NEW, RESTART, RESUME, plan, run_cells
-from fedshare.reproduce.measure import Measured, measure
+from fedshare.reproduce.launch import DONE, FAILED, NEW, RESTART, RESUME, plan, run_cells
+from fedshare.reproduce.measure import (
+    Measured,
+    load_stored,
+    measure,
+    stored_cells,
+    write_stored,
+)
 from fedshare.reproduce.render import plot, tables_markdown, write_csv
 
 USER_ERROR = 2
@@ -117,17 +125,21 @@ def claim(out: Path, table: str, scale: str) -> None:
 
 
 def scale_of(out: Path, table: str, given: str | None) -> str:
-    mark = out / MARK
-    if not out.is_dir():
-        raise FedshareError(f"no such folder: {str(out)!r}")
-    if mark.is_file():
-        held = json.loads(mark.read_text())
-        if held["table"] != table:
-            raise FedshareError(f"{out} holds {held['table']}, not {table}")
-        if given and given != held["scale"]:
-            raise FedshareError(f"{out} holds scale {held['scale']}, not {given}")
-        return str(held["scale"])
-    return given or "paper"
+    """The scale of `out`: a table's output folder (its `reproduce.json`) or a stored file."""
+    if out.is_file():
+        held: dict[str, str] | None = load_stored(out)
+    elif out.is_dir():
+        mark = out / MARK
+        held = json.loads(mark.read_text()) if mark.is_file() else None
+    else:
+        raise FedshareError(f"no such folder or stored file: {str(out)!r}")
+    if held is None:
+        return given or "paper"
+    if held["table"] != table:
+        raise FedshareError(f"{out} holds {held['table']}, not {table}")
+    if given and given != held["scale"]:
+        raise FedshareError(f"{out} holds scale {held['scale']}, not {given}")
+    return str(held["scale"])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -135,18 +147,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = args.out or default_out(args.table, args.scale)
     claim(out, args.table, args.scale)
     before = plan(chosen, out)
-    counts = {s: sum(p.state == s for p in before) for s in (DONE, RESUME, RESTART, NEW)}
+    counts = {s: sum(p.state == s for p in before) for s in (DONE, FAILED, RESUME, RESTART, NEW)}
+    retry = "to retry" if args.retry_failed else "failed (kept; --retry-failed reruns them)"
     print(
         f"{args.table} at scale {args.scale}: {len(chosen)} cells in {out} — "
-        f"{counts[DONE]} done, {counts[RESUME]} to resume, {counts[RESTART]} to restart, "
-        f"{counts[NEW]} new",
+        f"{counts[DONE]} done, {counts[FAILED]} {retry}, {counts[RESUME]} to resume, "
+        f"{counts[RESTART]} to restart, {counts[NEW]} new",
         flush=True,
     )
     extra = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
-    after = run_cells(chosen, out, args.jobs, args.launcher, extra)
+    after = run_cells(chosen, out, args.jobs, args.launcher, extra, args.retry_failed)
     left = [p for p in after if p.state != DONE]
     for p in left:
-        print(f"not finished: {p.cell.folder} ({p.state})", file=sys.stderr)
+        why = p.state
+        if p.state == FAILED:
+            summary = json.loads((out / p.cell.folder / "summary.json").read_text())
+            why = f"{summary.get('status')}: {summary.get('error') or 'no error recorded'}"
+        print(f"not finished: {p.cell.folder} ({why})", file=sys.stderr)
     print(
         f"{len(after) - len(left)} of {len(after)} cells done; "
         f"report: python -m fedshare.reproduce report {args.table} {out}"
@@ -162,6 +179,10 @@ def render(
     items = measure(chosen, job.numbers, out)
     note = job.scale(scale).note
     head = f"Scale `{scale}`: {note}.\n\n" if note else ""
+    if out.is_file():
+        stored = load_stored(out)
+        source = "; ".join(str(stored[k]) for k in ("command", "date", "source") if stored.get(k))
+        head += f"Stored results ({out.name}): {source}.\n\n" if source else ""
     return items, head + tables_markdown(items)
 
 
@@ -170,12 +191,42 @@ def cmd_report(args: argparse.Namespace) -> None:
     items, text = render(args.table, args.out_dir, scale, args)
     target = args.to or args.out_dir
     target.mkdir(parents=True, exist_ok=True)
-    note = f"{args.table} at scale {scale}, runs in {args.out_dir}"
+    note = f"{args.table} at scale {scale}, cells from {args.out_dir}"
     (target / "report.md").write_text(f"# {args.table} ({scale} scale)\n\n{text}")
     write_csv(items, target / "report.csv")
     plot(items, target / "report.png", note)
     print(text)
     print(f"wrote report.md, report.csv, report.png to {target}")
+
+
+def cmd_store(args: argparse.Namespace) -> None:
+    scale = scale_of(args.out_dir, args.table, args.scale)
+    if not args.out_dir.is_dir():
+        raise FedshareError(f"store reads a folder of runs; {args.out_dir} is not one")
+    chosen = cells(args.table, scale, args.columns, args.methods, args.seeds)
+    found = stored_cells(measure(chosen, load_job(args.table).numbers, args.out_dir))
+    if not found:
+        raise FedshareError(f"{args.out_dir} holds no completed cell of {args.table} at {scale}")
+    summaries = [args.out_dir / c.folder / "summary.json" for c in chosen]
+    latest = max(p.stat().st_mtime for p in summaries if p.is_file())
+    selection = [
+        *(["--columns", *map(shlex.quote, args.columns)] if args.columns else []),
+        *(["--methods", *args.methods] if args.methods else []),
+        *(["--seeds", *map(str, args.seeds)] if args.seeds else []),
+    ]
+    data = {
+        "table": args.table,
+        "scale": scale,
+        "command": " ".join(
+            ["python -m fedshare.reproduce run", args.table, "--scale", scale, *selection]
+        ),
+        "date": datetime.fromtimestamp(latest, UTC).strftime("%Y-%m-%d"),
+        **({"source": args.source} if args.source else {}),
+        "cells": found,
+    }
+    args.to.parent.mkdir(parents=True, exist_ok=True)
+    write_stored(args.to, data)
+    print(f"wrote {len(found)} cells to {args.to}")
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
@@ -204,6 +255,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--launcher", help="a Hydra launcher, e.g. joblib, submitit_local, submitit_slurm"
     )
+    run.add_argument(
+        "--retry-failed", action="store_true", help="rerun cells whose run failed or diverged"
+    )
     run.add_argument("--workers", type=int, help="processes per run (passed as workers=K)")
     run.add_argument(
         "--set",
@@ -218,6 +272,13 @@ def parser() -> argparse.ArgumentParser:
     _selection(report)
     report.add_argument("--scale", help="default: the one DIR was run at")
     report.add_argument("--to", type=Path, help="where report.md/.csv/.png go (default: DIR)")
+    store = sub.add_parser("store", help="keep a table's measured cells as a small JSON file")
+    store.add_argument("table")
+    store.add_argument("out_dir", type=Path, metavar="DIR", help="the folder `run` wrote")
+    _selection(store)
+    store.add_argument("--scale", help="default: the one DIR was run at")
+    store.add_argument("--to", type=Path, required=True, help="the file, e.g. docs/measured/...")
+    store.add_argument("--source", help="where and how it was measured (machine, settings)")
     docs = sub.add_parser("docs", help="regenerate the docs' reproduce:... blocks")
     docs.add_argument("files", nargs="*", type=Path, help="default: docs/*.md and README.md")
     docs.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")
@@ -226,7 +287,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    commands = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "docs": cmd_docs}
+    commands = {
+        "list": cmd_list,
+        "run": cmd_run,
+        "report": cmd_report,
+        "store": cmd_store,
+        "docs": cmd_docs,
+    }
     try:
         code = commands[args.command](args)
     except FedshareError as err:

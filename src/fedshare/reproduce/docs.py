@@ -1,8 +1,9 @@
 """Docs tables from runs: `<!-- reproduce:TABLE DIR [options] -->` … `<!-- /reproduce -->`.
 
 `python -m fedshare.reproduce docs` replaces the text between each such pair of markers with
-`report`'s tables of TABLE's runs in DIR (a path relative to the current folder; options as
-`report`'s: `--columns`, `--methods`, `--seeds`, `--scale`). A block whose DIR is not on this
+`report`'s tables of TABLE's runs in DIR, or of a stored file of measured cells (`store`;
+docs/measured/), a path relative to the current folder (options as
+`report`'s: `--columns`, `--methods`, `--seeds`, `--scale`)). A block whose DIR is not on this
 machine stays as it is (with a note on stderr): the docs never get numbers that no run gave.
 """
 
@@ -33,7 +34,7 @@ def block_text(args: str) -> str | None:
         parsed = parser().parse_args(["report", *words])
     except SystemExit:
         raise FedshareError(f"cannot read the marker 'reproduce:{args}'") from None
-    if not parsed.out_dir.is_dir():
+    if not parsed.out_dir.exists():
         return None
     scale = scale_of(parsed.out_dir, parsed.table, parsed.scale)
     _, text = render(parsed.table, parsed.out_dir, scale, parsed)

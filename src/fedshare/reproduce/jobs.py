@@ -3,7 +3,8 @@
 `fedshare/paper/jobs/<paper>/<table>.yaml` names the paper tables it fills (`numbers`, files of
 `fedshare/paper/tables/`), and for each scale (`paper`, `cpu` where one is defined, and named
 small checks such as FLea's `digits`) the seeds, the overrides every cell gets, optionally the
-columns and methods that scale runs, per-column overrides (a stand-in drops the preset with
+columns and methods that scale runs, methods of its own that are no row of the table
+(`extra_methods`, a check's), per-column overrides (a stand-in drops the preset with
 `experiment=null` and brings its own setting) and per-method ones, the files each column needs
 under the data root and the estimated time of a cell on the project's 2-core CPU. A column is
 a table's `preset` (`xormixfl/table2 partition.target_labels=[0]`), a method one of the
@@ -60,6 +61,9 @@ class Scale:
     methods: tuple[str, ...] | None
     method_overrides: Mapping[str, tuple[str, ...]]
     """Method → overrides it gets at this scale on top of the table's (e.g. a shorter warm-up)."""
+    extra_methods: Mapping[str, tuple[str, ...]]
+    """Methods that are no row of the paper's table (a named check's own, e.g. ReBaFL Fig. 1's
+    FedAvg-FT) → their overrides; their cells have no paper number."""
     data: Mapping[str, tuple[str, ...]]
     cost_s: Mapping[str, float]
     note: str
@@ -153,6 +157,7 @@ def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Sc
         columns=None if columns is None else {c: _tuple(o) for c, o in columns.items()},
         methods=_tuple(raw.get("methods")) or None,
         method_overrides={m: _tuple(o) for m, o in (raw.get("method_overrides") or {}).items()},
+        extra_methods={m: _tuple(o) for m, o in (raw.get("extra_methods") or {}).items()},
         data={k: _tuple([v] if isinstance(v, str) else v) for k, v in raw.get("data", {}).items()}
         or {
             k: _tuple([v] if isinstance(v, str) else v) for k, v in defaults.get("data", {}).items()
@@ -228,9 +233,15 @@ def scale_columns(job: Job, scale: str) -> list[str]:
     return list(job.columns if columns is None else columns)
 
 
+def scale_methods(job: Job, scale: str) -> dict[str, tuple[str, ...] | None]:
+    """Method → overrides at `scale`: the table's methods and the scale's extra ones."""
+    return {**job.methods, **job.scale(scale).extra_methods}
+
+
 def runnable_methods(job: Job, scale: str) -> list[str]:
-    """The methods a scale runs: its list, or every method of the table the library runs."""
-    methods = job.methods
+    """The methods a scale runs: its list, or every method of the table the library runs and
+    the scale's extra ones."""
+    methods = scale_methods(job, scale)
     chosen = job.scale(scale).methods or [m for m, o in methods.items() if o is not None]
     unknown = [m for m in chosen if m not in methods or methods[m] is None]
     if unknown:
@@ -253,7 +264,8 @@ def cells(
     picked_columns = _pick("column", columns, scale_columns(job, scale))
     picked_methods = _pick("method", methods, runnable_methods(job, scale))
     in_table = {(e.preset, e.method) for e in entries(job.numbers[0])}
-    method_overrides = job.methods
+    in_table |= {(c, m) for c in picked_columns for m in spec.extra_methods}
+    method_overrides = scale_methods(job, scale)
     found = []
     for seed in seeds if seeds is not None else spec.seeds:
         for column in picked_columns:

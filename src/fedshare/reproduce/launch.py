@@ -1,7 +1,9 @@
 """Running a table's missing cells: each cell an ordinary `python -m fedshare.run` job.
 
 A cell's run folder tells what it needs: `summary.json` with status `completed` → nothing;
-a `checkpoint.pt` → `resume=true` (an interrupted run continues from its last round); other
+status `failed` or `diverged` → nothing unless asked to retry failed cells (a cell that failed
+once fails again with the same overrides; the others still run); a `checkpoint.pt` →
+`resume=true` (an interrupted run continues from its last round); other
 run files without a checkpoint → `overwrite=true` (it stopped before its first checkpoint);
 nothing → a new run. The cells to run go to one multirun of `fedshare.run` through the
 `fedshare_cells` sweeper (`hydra_plugins/fedshare_cells`), so Hydra's launchers run them: the
@@ -20,7 +22,9 @@ from pathlib import Path
 from fedshare.reproduce.jobs import Cell, merged
 from fedshare.results.rundir import RUN_FILES
 
-DONE, RESUME, RESTART, NEW = "done", "resume", "restart", "new"
+DONE, FAILED, RESUME, RESTART, NEW = "done", "failed", "resume", "restart", "new"
+FAILED_STATUSES = ("failed", "diverged")
+"""A run's `summary.json` statuses that make its cell FAILED."""
 
 
 @dataclass(frozen=True)
@@ -30,14 +34,17 @@ class Plan:
 
 
 def state_of(folder: Path) -> str:
-    """What a cell's run folder needs: DONE, RESUME, RESTART or NEW."""
+    """What a cell's run folder needs: DONE, FAILED, RESUME, RESTART or NEW."""
     summary = folder / "summary.json"
     if summary.is_file():
         try:
-            if json.loads(summary.read_text()).get("status") == "completed":
-                return DONE
+            status = json.loads(summary.read_text()).get("status")
         except ValueError:
-            pass
+            status = None
+        if status == "completed":
+            return DONE
+        if status in FAILED_STATUSES:
+            return FAILED
     if (folder / "checkpoint.pt").is_file():
         return RESUME
     if any((folder / name).exists() for name in RUN_FILES):
@@ -53,7 +60,8 @@ def job_overrides(item: Plan, out: Path, extra: Sequence[str] = ()) -> list[str]
     """The overrides of one cell's job: its own, then `extra` (replacing its own of the same
     key), its folder, and resume/overwrite."""
     folder = (out / item.cell.folder).resolve()
-    state = {RESUME: ["resume=true"], RESTART: ["overwrite=true"]}.get(item.state, [])
+    state = {RESUME: ["resume=true"], RESTART: ["overwrite=true"], FAILED: ["overwrite=true"]}
+    state = state.get(item.state, [])
     return [
         *merged(item.cell.overrides, extra),
         f"run_dir={folder}",
@@ -101,11 +109,13 @@ def run_cells(
     jobs: int = 1,
     launcher: str | None = None,
     extra: Sequence[str] = (),
+    retry_failed: bool = False,
 ) -> list[Plan]:
-    """Run the cells of `cells` that are not done into `out`; returns the plan after the
-    run (every cell's state then). `extra`: overrides for every job (`device=cuda`,
-    `workers=4`, `data.features_weights=...`)."""
-    todo = [p for p in plan(cells, out) if p.state != DONE]
+    """Run the cells of `cells` that are not done (nor failed, unless `retry_failed`) into
+    `out`; returns the plan after the run (every cell's state then). `extra`: overrides for
+    every job (`device=cuda`, `workers=4`, `data.features_weights=...`)."""
+    skip = (DONE,) if retry_failed else (DONE, FAILED)
+    todo = [p for p in plan(cells, out) if p.state not in skip]
     if todo:
         env = {**os.environ, "HYDRA_FULL_ERROR": os.environ.get("HYDRA_FULL_ERROR", "0")}
         subprocess.run(command(todo, out, jobs, launcher, extra), check=False, env=env)

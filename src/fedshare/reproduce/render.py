@@ -54,7 +54,7 @@ def measured_text(item: Measured) -> str:
     if mean is None:
         return MISSING
     spread = "" if std is None else f" ± {std:.2f}"
-    return f"{mean:.2f}{spread} ({len(item.values)})"
+    return f"{mean:.2f}{spread} ({item.n})"
 
 
 def within_text(item: Measured) -> str:
@@ -63,8 +63,9 @@ def within_text(item: Measured) -> str:
     return "yes" if item.comparison.ok else "no"
 
 
-def pivot(items: Sequence[Measured]) -> tuple[list[str], list[list[str]]]:
-    """Methods × columns as the paper prints them; a cell: `measured (paper) ✓/✗`."""
+def pivot(items: Sequence[Measured], check: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Methods × columns as the paper prints them; a cell: `measured (paper) ✓/✗`, or, for a
+    check's cells (`check`: none has a paper number), `mean ± std (n)`."""
     columns = list(dict.fromkeys(i.column for i in items))
     names = column_names(columns)
     methods = list(dict.fromkeys(i.method for i in items))
@@ -76,6 +77,9 @@ def pivot(items: Sequence[Measured]) -> tuple[list[str], list[list[str]]]:
             item = found.get((method, column))
             if item is None:
                 line.append("")
+                continue
+            if check:
+                line.append(measured_text(item))
                 continue
             mean, _ = item.mean_std
             paper = MISSING if item.paper is None else f"{item.paper[0]:.2f}"
@@ -114,6 +118,16 @@ def tables_markdown(items: Sequence[Measured]) -> str:
     for numbers in dict.fromkeys(i.numbers for i in items):
         mine = [i for i in items if i.numbers == numbers]
         table = load_table(numbers)
+        if all(i.paper is None for i in mine):  # a named check's own cells
+            parts += [
+                f"A check beside {table.get('table', numbers)} ({numbers}), its own columns and "
+                f"rows (no paper number), metric `{mine[0].metric}`: measured mean ± sample std "
+                "(seeds)",
+                "",
+                markdown_table(*pivot(mine, check=True)),
+                "",
+            ]
+            continue
         parts += [
             f"{table.get('table', numbers)} ({numbers}), metric `{mine[0].metric}`: measured "
             "mean over seeds (paper), ✓ within max(3·paper std, 3) points",
@@ -139,7 +153,7 @@ def write_csv(items: Sequence[Measured], path: Path) -> None:
                     item.column,
                     item.method,
                     item.metric,
-                    len(item.values),
+                    item.n,
                     ";".join(map(str, item.seeds)),
                     "" if mean is None else mean,
                     "" if std is None else std,
@@ -162,7 +176,7 @@ def plot(items: Sequence[Measured], path: Path, title: str) -> None:
     fig = Figure(figsize=(5.5, 5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    shown = [i for i in items if i.paper is not None and i.values]
+    shown = [i for i in items if i.paper is not None and i.n]
     for numbers in dict.fromkeys(i.numbers for i in shown):
         mine = [i for i in shown if i.numbers == numbers]
         ax.errorbar(

@@ -1,13 +1,20 @@
-"""FLea's privacy figure (Fig. 9(b), 9(c); flea.md §7, §9 B19) on UCI-HAR at the paper's scale.
+"""FLea's privacy figure (Fig. 9(b), 9(c); flea.md §7, §9 B16, B19): UCI-HAR at the paper's
+scale by default, any FLea setting with --experiment and --set.
 
-Trains FLea on a UCI-HAR Table 1 preset with λ2 = 3 and λ2 = 0 (constant, warm-up included),
+Trains FLea on a Table 1 preset with λ2 = 3 and λ2 = 0 (constant, warm-up included),
 logs the dCor of the shared activations every round, keeps the global model after the chosen
 rounds, then runs the reconstruction attack (a linear decoder from the shared activations to the
 raw signal, `fedshare.privacy.reconstruction`) on every kept model. Writes `privacy.json`,
 prints a table and draws `privacy.png` (dCor per round; decoder training MSE per epoch).
 
-    python scripts/flea_har_privacy.py --root ../shared/datasets/uci_har_hapt \
+    python scripts/flea_privacy.py --root ../shared/datasets/uci_har_hapt \
         --out runs/har_privacy --rounds 30 --keep 1 10 30 --lambdas 3 0 --seed 0
+    # the Fashion-MNIST trade-off of docs/flea.md (the `flea/table1 --scale fmnist` setting)
+    python scripts/flea_privacy.py --experiment flea/cifar10_qua3_n100 --out runs/fmnist_privacy \
+        --rounds 30 --keep 30 --lambdas 0 3 --decoders dense --attack-train 2000 --attack-test 500 \
+        --set data=fmnist data.train_subset=5000 data.test_subset=1000 ~data.static_augment \
+        model=lenet_fmnist model.share_layer=1 strategy.split_layer=1 clients.num=null \
+        clients.samples_per_client=100 partition.seed=null train.local_epochs=2 train.batch_size=32
 
 Each run folder is a normal fedshare run (config, metrics.jsonl, checkpoint, summary.json);
 an interrupted run resumes from its checkpoint, a finished one is not trained again.
@@ -36,20 +43,21 @@ def lambda_overrides(lam: float) -> list[str]:
     ]
 
 
-def run_folder(out: Path, preset: str, lam: float, seed: int) -> Path:
-    return out / f"{preset}_lambda{lam:g}_s{seed}"
+def run_folder(out: Path, experiment: str, lam: float, seed: int) -> Path:
+    return out / f"{experiment.rsplit('/', 1)[-1]}_lambda{lam:g}_s{seed}"
 
 
 def compose_run(args: argparse.Namespace, lam: float, folder: Path) -> Any:
     overrides = [
-        f"experiment=flea/uci_har_{args.preset}",
+        f"experiment={args.experiment}",
         "strategy=flea",
-        f"data.root={args.root}",
+        *([f"data.root={args.root}"] if args.root else []),
         f"rounds={args.rounds}",
         f"seed={args.seed}",
         f"run_dir={folder}",
         f"checkpoint.every={args.checkpoint_every}",
         *lambda_overrides(lam),
+        *args.set,
     ]
     with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
         return compose(config_name="config", overrides=overrides)
@@ -67,7 +75,7 @@ def kept_path(folder: Path, round_no: int) -> Path:
 def train(args: argparse.Namespace, lam: float, folder: Path) -> Any:
     """Run (or resume) FLea with λ2 = `lam`; save the global model after the kept rounds."""
     cfg = compose_run(args, lam, folder)
-    sim = build_simulation(cfg, folder, {"partition": args.preset.split("_")[0]})
+    sim = build_simulation(cfg, folder, {"partition": str(cfg.partition.name)})
     keep = set(args.keep)
 
     def keep_model(sim: Any, rounds_completed: int, record: Any) -> None:
@@ -173,9 +181,12 @@ def draw(runs: dict[float, Path], rows: list[dict[str, Any]], path: Path) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--root", required=True, help="the UCI HAR folder (data.root)")
+    parser.add_argument("--root", help="the data's folder (data.root), e.g. the UCI HAR one")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--preset", default="qua2_n100", help="experiment=flea/uci_har_<preset>")
+    parser.add_argument("--experiment", default="flea/uci_har_qua2_n100", help="a FLea preset")
+    parser.add_argument(
+        "--set", nargs="+", default=[], metavar="KEY=VALUE", help="overrides after the preset"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--keep", type=int, nargs="+", default=[1, 10, 30])
@@ -192,7 +203,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     runs, rows = {}, []
     for lam in args.lambdas:
-        folder = run_folder(args.out, args.preset, lam, args.seed)
+        folder = run_folder(args.out, args.experiment, lam, args.seed)
         if args.attack_only and not completed(folder):
             parser.error(f"{folder} holds no completed run; drop --attack-only to train it")
         sim = train(args, lam, folder)
