@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from fedshare.errors import FedshareError
+from fedshare.overrides import check_overrides
+from fedshare.preflight import check_command_line, compose_member, override_args
 from fedshare.results.rundir import METRIC_KEYS, SUMMARY_KEYS, read_metrics
+from fedshare.run import build_simulation, config_dir
 from helpers import without_wall_time
 
 FAST = ["progress=false", "rounds=2", "clients.num=4", "train.local_epochs=1"]
@@ -59,37 +63,58 @@ def test_experiment_preset_by_name(tmp_path):
     assert "fedavg on digits/iid" in proc.stdout
 
 
+USER_ERRORS = [
+    (["strategy=nosuch"], "unknown strategy 'nosuch'; valid choices: "),
+    (["rounds=abc"], "rounds='abc' is not valid"),
+    (["nosuchkey=1"], "unknown key 'nosuchkey'; valid keys: "),
+    (["train.lrr=0.1"], "unknown key 'train.lrr' (did you mean 'lr'?); valid keys of train: "),
+    (
+        ["-m", "strategy=fedavg,fedprx"],
+        "unknown strategy 'fedprx' (did you mean 'fedprox'?); valid choices: ",
+    ),
+    (["-m", "train.lr=0.1,abc"], "train.lr='abc' is not valid"),
+    (["+strategy.mux=1"], "strategy 'fedavg' has no parameter 'mux'"),
+    (["strategy=fedprox", "strategy.mu=-1"], "mu=-1"),
+    (["data=mnist", "data.root=/nonexistent/x"], "/nonexistent/x"),
+    (["partition=dir0.1", "partition.min_size=1000"], "min_size=1000 is infeasible"),
+    (["data.train_subset=100000"], "train_subset=100000"),
+    (["clients.num=2000"], "clients with no samples"),
+    (["train.local_epochs=0"], "train.local_epochs=0"),
+    (["model=resnet20_cifar"], "model 'resnet20_cifar' expects"),
+    (["strategy=fedpft", "rounds=3"], "one-shot"),
+    (["resume=true"], "resume=true needs run_dir"),
+    (["strategy.scal=0.2"], "strategy 'fedavg' has no parameter 'scal'"),
+    (["eval.batch_size=0"], "eval.batch_size=0 is not valid"),
+    (["train.betas=[2,3]"], "train.betas=[2.0, 3.0] is not valid"),
+    (["data=synthetic", "data.dim=-1"], "data.dim=-1 is not valid"),
+    (["model=mlp", "model.hidden=[-5]"], "hidden=[-5] is not valid"),
+]
+ON_THE_COMMAND_LINE = {
+    "strategy=nosuch",
+    "rounds=abc",
+    "nosuchkey=1",
+    "train.lrr=0.1",
+    "strategy=fedavg,fedprx",
+    "train.lr=0.1,abc",
+    "+strategy.mux=1",
+    "clients.num=2000",
+    "train.local_epochs=0",
+    "resume=true",
+    "eval.batch_size=0",
+    "train.betas=[2,3]",
+}
+"""The errors run through the command line (a process each): every one refused before torch
+loads (about 0.5 s each), a group's parameter, one found once the data is partitioned, and
+resume without a folder (the command line's own check); the others (about 4 s each, most of it
+importing torch) are checked in-process by `test_user_errors_are_refused_in_one_sentence`, on
+the path the command line takes."""
+
+
 @pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["strategy=nosuch"], "unknown strategy 'nosuch'; valid choices: "),
-        (["rounds=abc"], "rounds='abc' is not valid"),
-        (["nosuchkey=1"], "unknown key 'nosuchkey'; valid keys: "),
-        (["train.lrr=0.1"], "unknown key 'train.lrr' (did you mean 'lr'?); valid keys of train: "),
-        (
-            ["-m", "strategy=fedavg,fedprx"],
-            "unknown strategy 'fedprx' (did you mean 'fedprox'?); valid choices: ",
-        ),
-        (["-m", "train.lr=0.1,abc"], "train.lr='abc' is not valid"),
-        (["+strategy.mux=1"], "strategy 'fedavg' has no parameter 'mux'"),
-        (["strategy=fedprox", "strategy.mu=-1"], "mu=-1"),
-        (["data=mnist", "data.root=/nonexistent/x"], "/nonexistent/x"),
-        (["partition=dir0.1", "partition.min_size=1000"], "min_size=1000 is infeasible"),
-        (["data.train_subset=100000"], "train_subset=100000"),
-        (["clients.num=2000"], "clients with no samples"),
-        (["train.local_epochs=0"], "train.local_epochs=0"),
-        (["model=resnet20_cifar"], "model 'resnet20_cifar' expects"),
-        (["strategy=fedpft", "rounds=3"], "one-shot"),
-        (["resume=true"], "resume=true needs run_dir"),
-        (["strategy.scal=0.2"], "strategy 'fedavg' has no parameter 'scal'"),
-        (["eval.batch_size=0"], "eval.batch_size=0 is not valid"),
-        (["train.betas=[2,3]"], "train.betas=[2.0, 3.0] is not valid"),
-        (["data=synthetic", "data.dim=-1"], "data.dim=-1 is not valid"),
-        (["model=mlp", "model.hidden=[-5]"], "hidden=[-5] is not valid"),
-    ],
+    ("args", "message"), [e for e in USER_ERRORS if e[0][-1] in ON_THE_COMMAND_LINE]
 )
 def test_user_errors_give_one_clear_message(tmp_path, args, message):
-    """Every user error: exit code 2, one line naming the bad value, no traceback, and no run
+    """A user error: exit code 2, one line naming the bad value, no traceback, and no run
     folder left behind."""
     run_dir = [] if "resume=true" in args else [f"run_dir={tmp_path / 'e'}"]
     proc = fedshare_run(
@@ -104,6 +129,23 @@ def test_user_errors_give_one_clear_message(tmp_path, args, message):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not (tmp_path / "e").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [e for e in USER_ERRORS if "resume=true" not in e[0]])
+def test_user_errors_are_refused_in_one_sentence(tmp_path, monkeypatch, args, message):
+    """Every user error, in-process: the command line's checks (`fedshare.run.main`), then the
+    run built as `fedshare.run.execute` builds it, raise one sentence naming the bad value,
+    with nothing written."""
+    monkeypatch.setenv("FEDSHARE_DATA", str(tmp_path / "empty"))
+    argv = [*FAST, *args, f"run_dir={tmp_path / 'e'}"]
+    with pytest.raises(FedshareError) as refused:
+        check_overrides(argv, config_dir())
+        check_command_line(argv, config_dir())
+        cfg = compose_member(override_args(argv), str(config_dir()))
+        build_simulation(cfg, tmp_path / "e", {})
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "e").exists()
 
 
 def test_nan_loss_stops_with_a_message_and_keeps_files(tmp_path):
