@@ -291,10 +291,10 @@ def measure(
     workload: str, workers: int, rounds: int, device: str = "cpu", batched: int = 0
 ) -> dict[str, Any]:
     """The run with `workers` processes; rank 0's timings, every rank's memory."""
-    if workers == 1:
-        ranks = {0: one_process(workload, rounds, device, batched)}
-    else:
-        ranks = launch(workers)(one_process)(workload, rounds, device, batched)
+    # K = 1 too runs in a process of its own started by the launcher: glibc reads the malloc
+    # thresholds set above only when a process starts, and the engine leaves them to the
+    # environment once they are set, so an in-process K = 1 ran on glibc's dynamic thresholds.
+    ranks = launch(workers)(one_process)(workload, rounds, device, batched)
     first = ranks[0]
     total_sent = sum(r["interprocess_bytes"] for r in ranks.values())
     per_process = [ranks[r]["round_cpu_s"] for r in sorted(ranks)]
