@@ -314,7 +314,7 @@ def test_store_keeps_a_run_folders_cells_and_report_reads_them_back(tmp_path):
     assert (cell["seeds"], cell["values"]) == ([0, 1], [91.0, 92.0])
     numbers = load_job("xormixfl/table2").numbers
     (from_runs,), (from_file,) = measure(t2, numbers, runs), measure(t2, numbers, stored)
-    assert from_file.values == from_runs.values and from_file.curves == from_runs.curves
+    assert from_file.values == from_runs.values and from_file.stats == from_runs.stats
     assert tables_markdown([from_file]) == tables_markdown([from_runs])
 
     data["cells"] = [{**cell, "seeds": [0, 1, 2], "mean": 95.23, "std": 0.4}]

@@ -24,6 +24,7 @@ from fedshare.reproduce.jobs import (
 )
 from fedshare.reproduce.launch import DONE, FAILED, NEW, RESTART, RESUME, plan, run_cells
 from fedshare.reproduce.measure import (
+    DEFAULT_STATS,
     Measured,
     load_stored,
     measure,
@@ -171,19 +172,38 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if left else 0
 
 
+def chosen_stats(table: str, scale: str, args: argparse.Namespace) -> tuple[str, ...]:
+    """The statistics a report prints: `--stats`, else the job's for the scale, else the
+    default curve statistics."""
+    return tuple(args.stats or load_job(table).scale(scale).stats or DEFAULT_STATS)
+
+
+def provenance(entry: dict[str, str]) -> str:
+    return "; ".join(str(entry[k]) for k in ("command", "date", "source") if entry.get(k))
+
+
 def render(
     table: str, out: Path, scale: str, args: argparse.Namespace
 ) -> tuple[list[Measured], str]:
     job = load_job(table)
     chosen = cells(table, scale, args.columns, args.methods, args.seeds)
-    items = measure(chosen, job.numbers, out)
+    stats = chosen_stats(table, scale, args)
+    items = measure(chosen, job.numbers, out, stats)
     note = job.scale(scale).note
     head = f"Scale `{scale}`: {note}.\n\n" if note else ""
     if out.is_file():
         stored = load_stored(out)
-        source = "; ".join(str(stored[k]) for k in ("command", "date", "source") if stored.get(k))
+        source = provenance(stored)
         head += f"Stored results ({out.name}): {source}.\n\n" if source else ""
-    return items, head + tables_markdown(items)
+        shown = {(i.column, i.method) for i in items if i.n}
+        added: dict[str, list[str]] = {}
+        for cell in stored["cells"]:
+            if "provenance" in cell and (cell["column"], cell["method"]) in shown:
+                names = added.setdefault(provenance(cell["provenance"]), [])
+                names += [] if cell["method"] in names else [cell["method"]]
+        for text, methods in added.items():
+            head += f"Stored later (`store --add`), {', '.join(methods)}: {text}.\n\n"
+    return items, head + tables_markdown(items, stats)
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -193,7 +213,7 @@ def cmd_report(args: argparse.Namespace) -> None:
     target.mkdir(parents=True, exist_ok=True)
     note = f"{args.table} at scale {scale}, cells from {args.out_dir}"
     (target / "report.md").write_text(f"# {args.table} ({scale} scale)\n\n{text}")
-    write_csv(items, target / "report.csv")
+    write_csv(items, target / "report.csv", chosen_stats(args.table, scale, args))
     plot(items, target / "report.png", note)
     print(text)
     print(f"wrote report.md, report.csv, report.png to {target}")
@@ -204,7 +224,8 @@ def cmd_store(args: argparse.Namespace) -> None:
     if not args.out_dir.is_dir():
         raise FedshareError(f"store reads a folder of runs; {args.out_dir} is not one")
     chosen = cells(args.table, scale, args.columns, args.methods, args.seeds)
-    found = stored_cells(measure(chosen, load_job(args.table).numbers, args.out_dir))
+    stats = chosen_stats(args.table, scale, args)
+    found = stored_cells(measure(chosen, load_job(args.table).numbers, args.out_dir, stats))
     if not found:
         raise FedshareError(f"{args.out_dir} holds no completed cell of {args.table} at {scale}")
     summaries = [args.out_dir / c.folder / "summary.json" for c in chosen]
@@ -214,16 +235,22 @@ def cmd_store(args: argparse.Namespace) -> None:
         *(["--methods", *args.methods] if args.methods else []),
         *(["--seeds", *map(str, args.seeds)] if args.seeds else []),
     ]
-    data = {
-        "table": args.table,
-        "scale": scale,
+    made = {
         "command": " ".join(
             ["python -m fedshare.reproduce run", args.table, "--scale", scale, *selection]
         ),
         "date": datetime.fromtimestamp(latest, UTC).strftime("%Y-%m-%d"),
         **({"source": args.source} if args.source else {}),
-        "cells": found,
     }
+    if args.add:
+        data = load_stored(args.to)
+        if (data.get("table"), data.get("scale")) != (args.table, scale):
+            raise FedshareError(f"{args.to} holds {data.get('table')} at {data.get('scale')}")
+        new = {(c["numbers"], c["column"], c["method"]) for c in found}
+        kept = [c for c in data["cells"] if (c["numbers"], c["column"], c["method"]) not in new]
+        data["cells"] = kept + [{**c, "provenance": made} for c in found]
+    else:
+        data = {"table": args.table, "scale": scale, **made, "cells": found}
     args.to.parent.mkdir(parents=True, exist_ok=True)
     write_stored(args.to, data)
     print(f"wrote {len(found)} cells to {args.to}")
@@ -272,6 +299,9 @@ def parser() -> argparse.ArgumentParser:
     _selection(report)
     report.add_argument("--scale", help="default: the one DIR was run at")
     report.add_argument("--to", type=Path, help="where report.md/.csv/.png go (default: DIR)")
+    report.add_argument(
+        "--stats", nargs="+", help="per-cell statistics to print (default: the job's for the scale)"
+    )
     store = sub.add_parser("store", help="keep a table's measured cells as a small JSON file")
     store.add_argument("table")
     store.add_argument("out_dir", type=Path, metavar="DIR", help="the folder `run` wrote")
@@ -279,6 +309,15 @@ def parser() -> argparse.ArgumentParser:
     store.add_argument("--scale", help="default: the one DIR was run at")
     store.add_argument("--to", type=Path, required=True, help="the file, e.g. docs/measured/...")
     store.add_argument("--source", help="where and how it was measured (machine, settings)")
+    store.add_argument(
+        "--stats", nargs="+", help="per-cell statistics to keep (default: the job's for the scale)"
+    )
+    store.add_argument(
+        "--add",
+        action="store_true",
+        help="add the cells to the stored file --to (replacing its cells of the same column and "
+        "method), each with its own command, date and source",
+    )
     docs = sub.add_parser("docs", help="regenerate the docs' reproduce:... blocks")
     docs.add_argument("files", nargs="*", type=Path, help="default: docs/*.md and README.md")
     docs.add_argument("--check", action="store_true", help="exit 1 if a block is out of date")

@@ -6,7 +6,8 @@ small checks such as FLea's `digits`) the seeds, the overrides every cell gets, 
 columns and methods that scale runs, methods of its own that are no row of the table
 (`extra_methods`, a check's), per-column overrides (a stand-in drops the preset with
 `experiment=null` and brings its own setting) and per-method ones, the files each column needs
-under the data root and the estimated time of a cell on the project's 2-core CPU. A column is
+under the data root, the estimated time of a cell on the project's 2-core CPU and the per-cell
+statistics `report` prints beside the metric (`stats`, top level or per scale). A column is
 a table's `preset` (`xormixfl/table2 partition.target_labels=[0]`), a method one of the
 table's `methods` with its overrides (`fedshare.paper.compare.overrides_in`), so a cell runs as
 
@@ -67,6 +68,9 @@ class Scale:
     data: Mapping[str, tuple[str, ...]]
     cost_s: Mapping[str, float]
     note: str
+    stats: tuple[str, ...] | None
+    """The per-cell statistics `report` prints beside the metric (`fedshare.reproduce.measure`:
+    summary keys, curve statistics, ...); None: the default curve statistics."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,7 @@ def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Sc
         },
         cost_s={str(k): float(v) for k, v in raw.get("cost_s", {}).items()},
         note=str(raw.get("note", "")),
+        stats=_tuple(raw.get("stats", defaults.get("stats"))) or None,
     )
 
 

@@ -1,22 +1,28 @@
 """A table's cells as measured: each cell's completed seeds beside the paper's number.
 
-A cell's value is its table's metric from each seed's `summary.json` (`target_label_accuracy`,
-which the summary lacks, is the mean of the final round's per-class accuracy over the
-partition's target labels); mean ± sample std over the seeds, compared with the paper by
-`fedshare.paper.compare.compare` (within max(3·paper std, 3) points). Beside it, per cell, the
-curve statistics papers differ in: best, last-10 mean and the settled mean (from round 30 on,
-or over the second half of a run shorter than 60 rounds), each averaged over the seeds.
+A cell's value is its table's metric, read from each seed's run folder by `cell_value`; mean ±
+sample std over the seeds, compared with the paper by `fedshare.paper.compare.compare` (within
+max(3·paper std, 3) points). Beside it, per cell, the job's statistics (`stats` of its YAML,
+per scale; default the curve statistics best, last-10 mean and settled mean), each a name that
+`cell_value` reads from a run folder: a key of `summary.json` (`mds_std`, `wall_time_s`), a
+statistic of the accuracy curve (`curve_value`: `best`, `settled`, `last5`, `min_last10`,
+`absdelta_last50`, `absdelta_from10`, ...), `target_label_accuracy`, `seconds_per_round`, or
+else the last round's record of the key (`test_davies_bouldin`); `NAME%` is the value × 100.
 
 The cells may also come from a stored file instead of run folders (`store` writes one from a
 run folder; docs/measured/ holds those the docs' tables are generated from): JSON with the
-table, scale, command and date, and per cell its seeds and per-seed values (or, for numbers
-kept only as mean ± std, those two) and optionally per-seed curve statistics.
+table, scale, command and date, and per cell its seeds and per-seed values and statistics
+(`stats`, one dict a seed), or, for numbers kept only as a summary over the seeds, `mean`
+(optionally `std`) and `stat_means` (a statistic's mean, `{"mean", "std"}` or a `{"min",
+"max"}` range); a summary may come with the per-seed values it was taken over.
 """
 
 import json
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,6 +34,18 @@ from fedshare.results.runs import load_run
 from fedshare.results.stats import finite, mean_std
 
 SETTLED_FROM = 30
+DEFAULT_STATS = ("best", "last10", "settled")
+"""The statistics a cell reports unless its job names others (the curve statistics papers
+differ in)."""
+CURVE = re.compile(r"(?:(?P<agg>min|max|absdelta)_)?(?P<window>last|from)(?P<k>[1-9][0-9]*)")
+"""A curve statistic: the mean (or min, max, mean |change between consecutive rounds|) of the
+last k evaluated rounds or of those from the k-th (1-based) on."""
+PER_SEED = "seeds"
+"""`seeds` (the metric) or `seeds:NAME`: each seed's value, listed."""
+
+StatSummary = float | dict[str, float]
+"""A stored statistic kept only over the seeds: its mean, `{"mean", "std"}`, or a range
+`{"min", "max"}`."""
 
 
 @dataclass
@@ -40,61 +58,105 @@ class Measured:
     metric: str
     values: list[float] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
-    curves: list[dict[str, float]] = field(default_factory=list)
-    """Per seed: its curve statistics (`curve_stats`), where known."""
+    stats: list[dict[str, float]] = field(default_factory=list)
+    """Per seed: its statistics (the job's `stats`), where known."""
     comparison: Comparison | None = None
     paper: tuple[float, float] | None = None
     stored: tuple[float, float | None] | None = None
-    """Mean and std over `seeds` where a stored file keeps only those (no per-seed values);
-    they stand for all the seeds they were taken over, even where fewer were asked for."""
+    """Mean and std over `seeds` where a stored file keeps them as a summary; they stand for
+    all the seeds they were taken over, even where fewer were asked for."""
+    stored_stats: dict[str, StatSummary] = field(default_factory=dict)
+    """Statistics a stored file keeps only as a summary over `seeds`."""
 
     @property
     def n(self) -> int:
-        return len(self.values) or (len(self.seeds) if self.stored else 0)
+        return len(self.seeds) if self.stored is not None else len(self.values)
 
     @property
     def mean_std(self) -> tuple[float | None, float | None]:
-        if not self.values and self.stored is not None:
+        if self.stored is not None:
             return self.stored
         return mean_std(self.values)
 
-    def curve_stat(self, name: str) -> float | None:
-        found = [s[name] for s in self.curves if name in s]
-        return statistics.fmean(found) if found else None
+    def stat(self, name: str) -> StatSummary | None:
+        """Statistic `name` over the seeds: the stored summary, or the per-seed values' mean
+        (with their sample std where there are two or more)."""
+        if name in self.stored_stats:
+            return self.stored_stats[name]
+        mean, std = mean_std(s[name] for s in self.stats if name in s)
+        if mean is None:
+            return None
+        return mean if std is None else {"mean": mean, "std": std}
+
+    def per_seed(self, name: str | None = None) -> list[float | None]:
+        """Each seed's metric (`name` None) or statistic `name`."""
+        if name is None:
+            return list(self.values)
+        return [s.get(name) for s in self.stats]
 
 
-def curve_stats(accuracy: Sequence[float]) -> dict[str, float]:
-    """Best, last-10 mean and settled mean of one accuracy curve ({} for an empty one)."""
+def curve_value(accuracy: Sequence[float], name: str) -> float | None:
+    """Statistic `name` of one accuracy curve (one value per evaluated round): `best`,
+    `settled` (the mean from round 30 on, or over the second half of a run shorter than 60
+    rounds) or a `CURVE` name; None for an empty window or a name that is none of these."""
     if not accuracy:
-        return {}
-    start = SETTLED_FROM - 1 if len(accuracy) >= 2 * SETTLED_FROM else len(accuracy) // 2
-    return {
-        "best": max(accuracy),
-        "last10": statistics.fmean(accuracy[-10:]),
-        "settled": statistics.fmean(accuracy[start:]),
-    }
+        return None
+    if name == "best":
+        return max(accuracy)
+    if name == "settled":
+        start = SETTLED_FROM - 1 if len(accuracy) >= 2 * SETTLED_FROM else len(accuracy) // 2
+        return statistics.fmean(accuracy[start:])
+    match = CURVE.fullmatch(name)
+    if match is None:
+        return None
+    k = int(match["k"])
+    window = list(accuracy[-k:] if match["window"] == "last" else accuracy[k - 1 :])
+    if match["agg"] == "absdelta":
+        window = [abs(b - a) for a, b in pairwise(window)]
+    if not window:
+        return None
+    return {"min": min, "max": max}.get(match["agg"] or "", statistics.fmean)(window)
 
 
-def cell_value(run: dict[str, Any], metric: str) -> float | None:
-    if metric == "target_label_accuracy":
+def is_curve(name: str) -> bool:
+    return name in ("best", "settled") or CURVE.fullmatch(name) is not None
+
+
+def cell_value(run: dict[str, Any], name: str) -> float | None:
+    """Value `name` of one run (a metric or a statistic; the module's docstring)."""
+    if name.endswith("%"):
+        value = cell_value(run, name[:-1])
+        return None if value is None else 100 * value
+    history = run["history"]
+    if name == "target_label_accuracy":
         per_class = next(
-            (
-                r["per_class_accuracy"]
-                for r in reversed(run["history"])
-                if r.get("per_class_accuracy")
-            ),
+            (r["per_class_accuracy"] for r in reversed(history) if r.get("per_class_accuracy")),
             None,
         )
         targets = run["config"].get("partition", {}).get("target_labels")
         if not per_class or not targets:
             return None
         return statistics.fmean(per_class[int(t)] for t in targets)
-    return finite(run["summary"].get(metric))
+    if name == "seconds_per_round":
+        last = next((r for r in reversed(history) if r.get("wall_time_s") is not None), None)
+        return None if last is None else float(last["wall_time_s"]) / int(last["round"])
+    if name in run["summary"]:
+        return finite(run["summary"][name])
+    if is_curve(name):
+        accuracy = [finite(r.get("accuracy")) for r in history]
+        return curve_value([a for a in accuracy if a is not None], name)
+    return finite(next((r[name] for r in reversed(history) if name in r), None))
 
 
-def measure(cells: Sequence[Cell], numbers: Sequence[str], out: Path) -> list[Measured]:
+def measure(
+    cells: Sequence[Cell],
+    numbers: Sequence[str],
+    out: Path,
+    stats: Sequence[str] = DEFAULT_STATS,
+) -> list[Measured]:
     """Every (paper table, column, method) of `cells`, with the completed seeds under `out`
-    (a folder of run folders, or a stored file: `load_stored`)."""
+    (a folder of run folders, or a stored file: `load_stored`) and, from run folders, their
+    `stats` (a stored file holds its own)."""
     stored = load_stored(out)["cells"] if out.is_file() else None
     found: dict[tuple[str, str, str], Measured] = {}
     for table in numbers:
@@ -114,8 +176,8 @@ def measure(cells: Sequence[Cell], numbers: Sequence[str], out: Path) -> list[Me
                 continue
             item.values.append(value)
             item.seeds.append(cell.seed)
-            accuracy = [finite(r.get("accuracy")) for r in run["history"]]
-            item.curves.append(curve_stats([a for a in accuracy if a is not None]))
+            found_stats = {n: cell_value(run, n) for n in stats if not n.startswith(PER_SEED)}
+            item.stats.append({n: v for n, v in found_stats.items() if v is not None})
     for item in found.values():
         try:
             entry_cmp = compare(item.numbers, item.column, item.method, item.mean_std[0] or 0.0)
@@ -125,6 +187,12 @@ def measure(cells: Sequence[Cell], numbers: Sequence[str], out: Path) -> list[Me
         if item.n:
             item.comparison = entry_cmp
     return list(found.values())
+
+
+def _per_seed(cell: dict[str, Any]) -> list[dict[str, float]]:
+    """A stored cell's per-seed statistics (`curves`: their name in files stored before other
+    statistics than the curve's were kept)."""
+    return list(cell.get("stats", cell.get("curves", [])))
 
 
 def load_stored(path: Path) -> dict[str, Any]:
@@ -138,7 +206,9 @@ def load_stored(path: Path) -> dict[str, Any]:
         isinstance(c, dict)
         and {"numbers", "column", "method", "seeds"} <= c.keys()
         and ("values" in c or "mean" in c)
-        and all(len(c.get(k, c["seeds"])) == len(c["seeds"]) for k in ("values", "curves"))
+        and len(c.get("values", c["seeds"])) == len(c["seeds"])
+        and len(_per_seed(c)) in (0, len(c["seeds"]))
+        and isinstance(c.get("stat_means", {}), dict)
         for c in cells
     ):
         raise FedshareError(
@@ -156,7 +226,8 @@ def write_stored(path: Path, data: dict[str, Any]) -> None:
 
 
 def _add_stored(item: Measured, seed: int, stored: Sequence[dict[str, Any]]) -> None:
-    """Add `seed`'s stored result of `item`'s cell (per-seed values, or mean ± std)."""
+    """Add `seed`'s stored result of `item`'s cell (per-seed values, or a summary over all
+    the cell's seeds, whichever were asked for)."""
     for entry in stored:
         if (entry["numbers"], entry["column"], entry["method"]) != (
             item.numbers,
@@ -164,15 +235,18 @@ def _add_stored(item: Measured, seed: int, stored: Sequence[dict[str, Any]]) -> 
             item.method,
         ) or seed not in entry["seeds"]:
             continue
-        at = entry["seeds"].index(seed)
-        if "values" not in entry:  # a mean over all its seeds, whichever were asked for
+        if "mean" in entry:
             item.stored = (float(entry["mean"]), entry.get("std"))
+            item.stored_stats = dict(entry.get("stat_means", {}))
             item.seeds = list(entry["seeds"])
+            item.values = [float(v) for v in entry.get("values", [])]
+            item.stats = _per_seed(entry)
             continue
+        at = entry["seeds"].index(seed)
         item.seeds.append(seed)
         item.values.append(float(entry["values"][at]))
-        if entry.get("curves"):
-            item.curves.append(dict(entry["curves"][at]))
+        if _per_seed(entry):
+            item.stats.append(dict(_per_seed(entry)[at]))
 
 
 def stored_cells(items: Sequence[Measured]) -> list[dict[str, Any]]:
@@ -185,11 +259,11 @@ def stored_cells(items: Sequence[Measured]) -> list[dict[str, Any]]:
             "seeds": i.seeds,
             "values": [round(v, 4) for v in i.values],
             **(
-                {"curves": [{k: round(v, 4) for k, v in c.items()} for c in i.curves]}
-                if any(i.curves)
+                {"stats": [{k: round(v, 4) for k, v in c.items()} for c in i.stats]}
+                if any(i.stats)
                 else {}
             ),
         }
         for i in items
-        if i.values
+        if i.values and i.stored is None
     ]

@@ -5,11 +5,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedshare.paper.compare import load_table
-from fedshare.reproduce.measure import Measured
+from fedshare.reproduce.measure import CURVE, DEFAULT_STATS, PER_SEED, Measured, StatSummary
 from fedshare.results.grouping import MISSING
 from fedshare.results.writers import markdown_table
 
-CURVE_STATS = (("best", "best"), ("last10", "last-10"), ("settled", "settled"))
+LABELS = {"last10": "last-10", "seconds_per_round": "s / round", PER_SEED: "per seed"}
 CSV_HEADERS = (
     "paper_table",
     "column",
@@ -24,7 +24,6 @@ CSV_HEADERS = (
     "delta",
     "tolerance",
     "within",
-    *(f"curve_{k}" for k, _ in CURVE_STATS),
 )
 
 
@@ -55,6 +54,41 @@ def measured_text(item: Measured) -> str:
         return MISSING
     spread = "" if std is None else f" ± {std:.2f}"
     return f"{mean:.2f}{spread} ({item.n})"
+
+
+def stat_label(name: str) -> str:
+    """A statistic's column header: `min_last10` → `min last-10`, `absdelta_from10` → `mean
+    |Δ| from round 10`, `seeds:NAME` → `NAME per seed`, `NAME%` → `NAME %`."""
+    if name.endswith("%"):
+        return f"{stat_label(name[:-1])} %"
+    if name.startswith(f"{PER_SEED}:"):
+        return f"{stat_label(name.partition(':')[2])} per seed"
+    match = CURVE.fullmatch(name)
+    if name in LABELS or match is None:
+        return LABELS.get(name, name)
+    window = f"last-{match['k']}" if match["window"] == "last" else f"from round {match['k']}"
+    agg = {"absdelta": "mean \\|Δ\\|", None: "mean" if match["window"] == "from" else ""}
+    return f"{agg.get(match['agg'], match['agg'])} {window}".strip()
+
+
+def summary_text(value: StatSummary | None) -> str:
+    """A statistic over seeds: `mean`, `mean ± std` or a range `min–max`."""
+    if value is None:
+        return MISSING
+    if not isinstance(value, dict):
+        return _num(value)
+    if "min" in value:
+        return f"{_num(value['min'])}–{_num(value['max'])}"
+    std = value.get("std")
+    return _num(value["mean"]) + ("" if std is None else f" ± {std:.2f}")
+
+
+def stat_text(item: Measured, name: str) -> str:
+    """A cell's statistic `name` as `summary_text`, or each seed's value (`seeds[:NAME]`)."""
+    if name == PER_SEED or name.startswith(f"{PER_SEED}:"):
+        values = item.per_seed(name.partition(":")[2] or None)
+        return " / ".join(_num(v) for v in values) if values else MISSING
+    return summary_text(item.stat(name))
 
 
 def within_text(item: Measured) -> str:
@@ -89,31 +123,35 @@ def pivot(items: Sequence[Measured], check: bool = False) -> tuple[list[str], li
     return ["method", *(names[c] for c in columns)], rows
 
 
-def long_rows(items: Sequence[Measured]) -> tuple[list[str], list[list[str]]]:
-    """One line per cell: measured mean ± std (n) | paper | Δ | within | curve statistics."""
+def long_rows(
+    items: Sequence[Measured], stats: Sequence[str] = DEFAULT_STATS, check: bool = False
+) -> tuple[list[str], list[list[str]]]:
+    """One line per cell: measured mean ± std (n) | paper | Δ | within | the statistics (for
+    a check's cells, `check`: measured | the statistics)."""
     names = column_names(list(dict.fromkeys(i.column for i in items)))
-    headers = ["column", "method", "measured", "paper", "Δ", "within max(3·std, 3)"]
-    headers += [h for _, h in CURVE_STATS]
+    headers = ["column", "method", "measured"]
+    headers += [] if check else ["paper", "Δ", "within max(3·std, 3)"]
+    headers += [stat_label(k) for k in stats]
     rows = []
     for item in items:
         cmp = item.comparison
         paper = MISSING if item.paper is None else f"{item.paper[0]:.2f} ± {item.paper[1]:.2f}"
+        compared = [paper, MISSING if cmp is None else _num(cmp.delta, sign=True)]
         rows.append(
             [
                 names[item.column],
                 method_name(item.numbers, item.method),
                 measured_text(item),
-                paper,
-                MISSING if cmp is None else _num(cmp.delta, sign=True),
-                within_text(item),
-                *(_num(item.curve_stat(k)) for k, _ in CURVE_STATS),
+                *([] if check else [*compared, within_text(item)]),
+                *(stat_text(item, k) for k in stats),
             ]
         )
     return headers, rows
 
 
-def tables_markdown(items: Sequence[Measured]) -> str:
-    """Per paper table: the pivot and the cell lines (no heading; docs embed this)."""
+def tables_markdown(items: Sequence[Measured], stats: Sequence[str] = DEFAULT_STATS) -> str:
+    """Per paper table: the pivot and the cell lines with `stats` (no heading; docs embed
+    this); a check's cells get their lines only where the job names its statistics."""
     parts = []
     for numbers in dict.fromkeys(i.numbers for i in items):
         mine = [i for i in items if i.numbers == numbers]
@@ -127,6 +165,8 @@ def tables_markdown(items: Sequence[Measured]) -> str:
                 markdown_table(*pivot(mine, check=True)),
                 "",
             ]
+            if tuple(stats) != DEFAULT_STATS:
+                parts += [markdown_table(*long_rows(mine, stats, check=True)), ""]
             continue
         parts += [
             f"{table.get('table', numbers)} ({numbers}), metric `{mine[0].metric}`: measured "
@@ -134,16 +174,19 @@ def tables_markdown(items: Sequence[Measured]) -> str:
             "",
             markdown_table(*pivot(mine)),
             "",
-            markdown_table(*long_rows(mine)),
+            markdown_table(*long_rows(mine, stats)),
             "",
         ]
     return "\n".join(parts).rstrip() + "\n"
 
 
-def write_csv(items: Sequence[Measured], path: Path) -> None:
+def write_csv(items: Sequence[Measured], path: Path, stats: Sequence[str] = DEFAULT_STATS) -> None:
+    """One line a cell: the comparison's raw numbers, then each statistic's summary (per-seed
+    listings are left to the Markdown)."""
+    shown = [k for k in stats if not k.startswith(PER_SEED)]
     with Path(path).open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(CSV_HEADERS)
+        writer.writerow([*CSV_HEADERS, *(f"{k}_{part}" for k in shown for part in ("mean", "std"))])
         for item in items:
             mean, std = item.mean_std
             cmp = item.comparison
@@ -162,9 +205,20 @@ def write_csv(items: Sequence[Measured], path: Path) -> None:
                     "" if cmp is None else cmp.delta,
                     "" if cmp is None else cmp.tolerance,
                     "" if cmp is None else cmp.ok,
-                    *("" if (v := item.curve_stat(k)) is None else v for k, _ in CURVE_STATS),
+                    *(v for k in shown for v in _csv_summary(item.stat(k))),
                 ]
             )
+
+
+def _csv_summary(value: StatSummary | None) -> tuple[float | str, float | str]:
+    """(mean, std) of a statistic for the CSV; a range as its midpoint and half-width."""
+    if value is None:
+        return "", ""
+    if not isinstance(value, dict):
+        return value, ""
+    if "min" in value:
+        return (value["min"] + value["max"]) / 2, (value["max"] - value["min"]) / 2
+    return value["mean"], "" if value.get("std") is None else value["std"]
 
 
 def plot(items: Sequence[Measured], path: Path, title: str) -> None:
