@@ -318,7 +318,7 @@ def test_store_keeps_a_run_folders_cells_and_report_reads_them_back(tmp_path):
     assert tables_markdown([from_file]) == tables_markdown([from_runs])
 
     data["cells"] = [{**cell, "seeds": [0, 1, 2], "mean": 95.23, "std": 0.4}]
-    del data["cells"][0]["values"], data["cells"][0]["curves"]
+    del data["cells"][0]["values"], data["cells"][0]["stats"]
     stored.write_text(json.dumps(data))
     three = cells("xormixfl/table2", columns=["=[9]"], methods=["xormixfl"], seeds=[0, 1, 2])
     (item,) = measure(three, numbers, stored)
