@@ -73,8 +73,9 @@ def describe(job: Job, root: Path | None) -> list[str]:
             if all(k is not None for k in known)
             else ""
         )
+        metric = f", metric {spec.metric}" if spec.metric else ""
         lines.append(
-            f"  {scale}: {len(columns)} columns, {len(methods)} methods, seeds "
+            f"  {scale}: {len(columns)} columns, {len(methods)} methods{metric}, seeds "
             f"{list(spec.seeds)}: {len(all_cells)} cells{cost}"
             + (f" ({spec.note})" if spec.note else "")
         )
@@ -188,7 +189,7 @@ def render(
     job = load_job(table)
     chosen = cells(table, scale, args.columns, args.methods, args.seeds)
     stats = chosen_stats(table, scale, args)
-    items = measure(chosen, job.numbers, out, stats)
+    items = measure(chosen, job.numbers, out, stats, job.scale(scale).metric)
     note = job.scale(scale).note
     head = f"Scale `{scale}`: {note}.\n\n" if note else ""
     if out.is_file():
@@ -225,7 +226,9 @@ def cmd_store(args: argparse.Namespace) -> None:
         raise FedshareError(f"store reads a folder of runs; {args.out_dir} is not one")
     chosen = cells(args.table, scale, args.columns, args.methods, args.seeds)
     stats = chosen_stats(args.table, scale, args)
-    found = stored_cells(measure(chosen, load_job(args.table).numbers, args.out_dir, stats))
+    job = load_job(args.table)
+    measured = measure(chosen, job.numbers, args.out_dir, stats, job.scale(scale).metric)
+    found = stored_cells(measured)
     if not found:
         raise FedshareError(f"{args.out_dir} holds no completed cell of {args.table} at {scale}")
     summaries = [args.out_dir / c.folder / "summary.json" for c in chosen]

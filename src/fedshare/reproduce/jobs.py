@@ -7,7 +7,8 @@ columns and methods that scale runs, methods of its own that are no row of the t
 (`extra_methods`, a check's), per-column overrides (a stand-in drops the preset with
 `experiment=null` and brings its own setting) and per-method ones, the files each column needs
 under the data root, the estimated time of a cell on the project's 2-core CPU and the per-cell
-statistics `report` prints beside the metric (`stats`, top level or per scale). A column is
+statistics `report` prints beside the metric (`stats`, top level or per scale; a named check may
+read another `metric` than its tables'). A column is
 a table's `preset` (`xormixfl/table2 partition.target_labels=[0]`), a method one of the
 table's `methods` with its overrides (`fedshare.paper.compare.overrides_in`), so a cell runs as
 
@@ -68,6 +69,9 @@ class Scale:
     data: Mapping[str, tuple[str, ...]]
     cost_s: Mapping[str, float]
     note: str
+    metric: str | None
+    """The cell value a named check reads instead of its tables' metric (any name
+    `fedshare.reproduce.measure.cell_value` reads, e.g. `last5`); None: the tables'."""
     stats: tuple[str, ...] | None
     """The per-cell statistics `report` prints beside the metric (`fedshare.reproduce.measure`:
     summary keys, curve statistics, ...); None: the default curve statistics."""
@@ -168,6 +172,7 @@ def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Sc
         },
         cost_s={str(k): float(v) for k, v in raw.get("cost_s", {}).items()},
         note=str(raw.get("note", "")),
+        metric=raw.get("metric"),
         stats=_tuple(raw.get("stats", defaults.get("stats"))) or None,
     )
 

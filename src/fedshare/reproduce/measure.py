@@ -153,17 +153,19 @@ def measure(
     numbers: Sequence[str],
     out: Path,
     stats: Sequence[str] = DEFAULT_STATS,
+    metric: str | None = None,
 ) -> list[Measured]:
     """Every (paper table, column, method) of `cells`, with the completed seeds under `out`
     (a folder of run folders, or a stored file: `load_stored`) and, from run folders, their
-    `stats` (a stored file holds its own)."""
+    `stats` (a stored file holds its own); `metric` replaces the tables' own (the cells are
+    then a check's, with no paper number: the paper's is of its own metric)."""
     stored = load_stored(out)["cells"] if out.is_file() else None
     found: dict[tuple[str, str, str], Measured] = {}
     for table in numbers:
-        metric = str(load_table(table).get("metric", "final_accuracy"))
+        name = metric or str(load_table(table).get("metric", "final_accuracy"))
         for cell in cells:
             key = (table, cell.column, cell.method)
-            item = found.setdefault(key, Measured(table, cell.column, cell.method, metric))
+            item = found.setdefault(key, Measured(table, cell.column, cell.method, name))
             if stored is not None:
                 _add_stored(item, cell.seed, stored)
                 continue
@@ -171,7 +173,7 @@ def measure(
             if state_of(folder) != DONE:
                 continue
             run = load_run(folder)
-            value = cell_value(run, metric)
+            value = cell_value(run, name)
             if value is None:
                 continue
             item.values.append(value)
@@ -179,6 +181,8 @@ def measure(
             found_stats = {n: cell_value(run, n) for n in stats if not n.startswith(PER_SEED)}
             item.stats.append({n: v for n, v in found_stats.items() if v is not None})
     for item in found.values():
+        if item.metric != load_table(item.numbers).get("metric", "final_accuracy"):
+            continue
         try:
             entry_cmp = compare(item.numbers, item.column, item.method, item.mean_std[0] or 0.0)
         except FedshareError:
