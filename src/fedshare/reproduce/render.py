@@ -9,7 +9,12 @@ from fedshare.reproduce.measure import CURVE, DEFAULT_STATS, PER_SEED, Measured,
 from fedshare.results.grouping import MISSING
 from fedshare.results.writers import markdown_table
 
-LABELS = {"last10": "last-10", "seconds_per_round": "s / round", PER_SEED: "per seed"}
+LABELS = {
+    "last10": "last-10",
+    "seconds_per_round": "s / round",
+    "wall_time_s": "s / run",
+    PER_SEED: "per seed",
+}
 CSV_HEADERS = (
     "paper_table",
     "column",
