@@ -239,9 +239,9 @@ def _add_stored(item: Measured, seed: int, stored: Sequence[dict[str, Any]]) -> 
             item.method,
         ) or seed not in entry["seeds"]:
             continue
+        item.stored_stats = dict(entry.get("stat_means", {}))
         if "mean" in entry:
             item.stored = (float(entry["mean"]), entry.get("std"))
-            item.stored_stats = dict(entry.get("stat_means", {}))
             item.seeds = list(entry["seeds"])
             item.values = [float(v) for v in entry.get("values", [])]
             item.stats = _per_seed(entry)
