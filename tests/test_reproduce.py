@@ -22,8 +22,8 @@ from fedshare.reproduce.__main__ import main
 from fedshare.reproduce.docs import BLOCK, default_files, regenerate
 from fedshare.reproduce.jobs import merged, scale_methods
 from fedshare.reproduce.launch import DONE, FAILED, RESTART, RESUME, state_of
-from fedshare.reproduce.measure import Measured
-from fedshare.reproduce.render import tables_markdown
+from fedshare.reproduce.measure import Measured, cell_value, curve_value, load_stored
+from fedshare.reproduce.render import stat_label, tables_markdown
 from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
 from fedshare.validation import check_run
@@ -313,9 +313,11 @@ def test_store_keeps_a_run_folders_cells_and_report_reads_them_back(tmp_path):
     (cell,) = data["cells"]
     assert (cell["seeds"], cell["values"]) == ([0, 1], [91.0, 92.0])
     numbers = load_job("xormixfl/table2").numbers
-    (from_runs,), (from_file,) = measure(t2, numbers, runs), measure(t2, numbers, stored)
+    stats = load_job("xormixfl/table2").scale("paper").stats  # the target-label accuracy
+    (from_runs,), (from_file,) = measure(t2, numbers, runs, stats), measure(t2, numbers, stored)
     assert from_file.values == from_runs.values and from_file.stats == from_runs.stats
-    assert tables_markdown([from_file]) == tables_markdown([from_runs])
+    assert from_file.stats == [{"target_label_accuracy": 0.0}] * 2
+    assert tables_markdown([from_file], stats) == tables_markdown([from_runs], stats)
 
     data["cells"] = [{**cell, "seeds": [0, 1, 2], "mean": 95.23, "std": 0.4}]
     del data["cells"][0]["values"], data["cells"][0]["stats"]
@@ -340,7 +342,7 @@ def test_the_docs_tables_are_generated_from_the_stored_cells_and_a_hand_edit_is_
     monkeypatch.chdir(root)
     docs = default_files()
     blocks = [m["args"] for path in docs for m in BLOCK.finditer(path.read_text())]
-    assert len(blocks) >= 7
+    assert len(blocks) >= 20
     for args in blocks:
         source = Path(shlex.split(args)[1])
         assert source.is_file() and source.parts[:2] == ("docs", "measured"), args
@@ -356,3 +358,246 @@ def test_the_docs_tables_are_generated_from_the_stored_cells_and_a_hand_edit_is_
     )
     assert regenerate([edited], check=True) == [edited]
     assert regenerate([edited]) == [edited] and edited.read_text() == text
+    # a statistic beside the metric (Table 3's MDS std) is generated too
+    assert "| 255.72 ± 7.25 " in text
+    edited.write_text(text.replace("| 255.72 ± 7.25 ", "| 255.73 ± 7.25 "))
+    assert regenerate([edited], check=True) == [edited]
+    with pytest.raises(SystemExit) as stop:
+        main(["docs", "--check", str(edited)])
+    assert stop.value.code == 1
+
+
+def curve_run(folder: Path, accuracy: list[float], summary: dict, seconds: float = 2.0) -> None:
+    """A finished run folder with one record a round (accuracy, cumulative wall time)."""
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"status": "completed", **summary}))
+    records = [
+        {"round": r, "accuracy": a, "wall_time_s": seconds * r, "test_davies_bouldin": 10.0 - r}
+        for r, a in enumerate(accuracy, start=1)
+    ]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "config.yaml").write_text("seed: 0\n")
+
+
+def test_statistics_are_read_from_a_run_folder_by_name():
+    """Curve statistics, summary keys, seconds a round, the last record's keys and `%`."""
+    curve = [10.0, 30.0, 20.0, 50.0, 40.0]
+    assert curve_value(curve, "best") == 50.0
+    assert curve_value(curve, "last2") == 45.0 and curve_value(curve, "from4") == 45.0
+    assert curve_value(curve, "min_last3") == 20.0 and curve_value(curve, "max_last3") == 50.0
+    assert curve_value(curve, "absdelta_last3") == 20.0  # |50-20|, |40-50|
+    assert curve_value(curve, "absdelta_from2") == pytest.approx(50 / 3)  # 10, 30, 10
+    assert curve_value(curve, "settled") == pytest.approx(110 / 3)  # the second half
+    assert curve_value(curve, "absdelta_last1") is None and curve_value(curve, "nope") is None
+    run = {
+        "summary": {"mds_std": 2.5, "upload_target_exposed": 0.25},
+        "config": {"partition": {"target_labels": [1, 2]}},
+        "history": [
+            {"round": 1, "accuracy": 10.0, "wall_time_s": 3.0, "per_class_accuracy": [0, 40, 60]},
+            {"round": 2, "accuracy": 20.0, "wall_time_s": 8.0, "db": 1.5},
+        ],
+    }
+    assert cell_value(run, "mds_std") == 2.5 and cell_value(run, "upload_target_exposed%") == 25
+    assert cell_value(run, "seconds_per_round") == 4.0 and cell_value(run, "db") == 1.5
+    assert cell_value(run, "target_label_accuracy") == 50.0 and cell_value(run, "last2") == 15.0
+    assert cell_value(run, "absent") is None
+    assert stat_label("absdelta_last50") == "mean \\|Δ\\| last-50"
+    assert (
+        stat_label("min_last10") == "min last-10" and stat_label("from10") == "mean from round 10"
+    )
+    assert stat_label("seeds:wall_time_s") == "s / run per seed" and stat_label("x%") == "x %"
+
+
+def test_a_jobs_statistics_are_measured_stored_and_printed_beside_the_metric(tmp_path):
+    """XorMixFL Table 3's job names three statistics besides the MDS mean: `report` prints
+    them as mean ± sample std over the seeds, `store` keeps them per seed, and the stored
+    file prints the same; `--stats` picks others, `seeds:NAME` lists each seed's."""
+    runs = tmp_path / "runs"
+    t3 = cells("xormixfl/table3", columns=["M=1 strategy.p=1"], methods=["xormixfl"], seeds=[0, 1])
+    for cell, (mds, std, share) in zip(
+        t3, ((2200.0, 250.0, 0.5), (2210.0, 260.0, 0.4)), strict=True
+    ):
+        summary = {"mds_mean": mds, "mds_std": std, "mds_upload_mean": 1900.0}
+        curve_run(runs / cell.folder, [10.0], {**summary, "upload_target_exposed": share})
+    assert load_job("xormixfl/table3").scale("paper").stats == (
+        "mds_std",
+        "mds_upload_mean",
+        "upload_target_exposed%",
+    )
+    with pytest.raises(SystemExit):
+        main(["report", "xormixfl/table3", str(runs), "--to", str(tmp_path / "rep")])
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "| mds_std " in text and "| upload_target_exposed % |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| strategy.M=1"))
+    assert "| 2205.00 ± 7.07 (2) |" in row and "| 255.00 ± 7.07 " in row
+    assert "| 1900.00 " in row and "| 45.00 ± 7.07 " in row
+    csv_head = (tmp_path / "rep" / "report.csv").read_text().splitlines()[0]
+    assert csv_head.endswith("upload_target_exposed%_mean,upload_target_exposed%_std")
+
+    stored = tmp_path / "t3.json"
+    with pytest.raises(SystemExit):
+        main(["store", "xormixfl/table3", str(runs), "--to", str(stored)])
+    (cell,) = load_stored(stored)["cells"]
+    assert cell["stats"][1] == {
+        "mds_std": 260.0,
+        "mds_upload_mean": 1900.0,
+        "upload_target_exposed%": 40.0,
+    }
+    with pytest.raises(SystemExit):
+        main(["report", "xormixfl/table3", str(stored), "--to", str(tmp_path / "rep2")])
+    again = (tmp_path / "rep2" / "report.md").read_text()
+    body = text.split("Table 3 (", 1)[1]
+    assert again.split("Table 3 (", 1)[1] == body
+
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "report",
+                "xormixfl/table3",
+                str(runs),
+                "--stats",
+                "seeds:mds_std",
+                "best",
+                "--to",
+                str(tmp_path / "rep3"),
+            ]
+        )
+    row = next(
+        line
+        for line in (tmp_path / "rep3" / "report.md").read_text().splitlines()
+        if line.startswith("| strategy.M=1")
+    )
+    assert "| 250.00 / 260.00 " in row and row.rstrip().endswith("| 10.00 ± 0.00 |")
+
+
+def test_a_checks_own_metric_has_no_paper_number_and_lists_its_seeds(tmp_path):
+    """ReBaFL Fig. 1's scale reads the last-5 mean (Table I's metric is the last-10 mean), so
+    its cells are a check's: mean ± std and each seed's last-5, best and swing from round 10."""
+    fig1 = cells("rebafl/table1", "fig1", seeds=[0, 1])
+    curves = {
+        "fedavg": (
+            [float(10 * (r % 2)) for r in range(30)],
+            [float(10 * ((r + 1) % 2)) for r in range(30)],
+        ),
+        "fedavg_ft": ([50.0] * 25 + [60.0] * 5, [50.0] * 25 + [70.0] * 5),
+    }
+    for cell in fig1:
+        curve_run(tmp_path / cell.folder, curves[cell.method][cell.seed], {})
+    items = measure(
+        fig1,
+        load_job("rebafl/table1").numbers,
+        tmp_path,
+        ("seeds", "seeds:best", "seeds:absdelta_from10"),
+        "last5",
+    )
+    assert all(i.paper is None and i.comparison is None for i in items)
+    ft = next(i for i in items if i.method == "fedavg_ft")
+    assert ft.values == [60.0, 70.0] and [s["absdelta_from10"] for s in ft.stats] == [0.5, 1.0]
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "report",
+                "rebafl/table1",
+                str(tmp_path),
+                "--scale",
+                "fig1",
+                "--seeds",
+                "0",
+                "1",
+                "--to",
+                str(tmp_path / "rep"),
+            ]
+        )
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "no paper number" in text and "metric `last5`" in text and "Δ" in text
+    assert "| fedavg_ft | 65.00 ± 7.07 (2) | 60.00 / 70.00 | 60.00 / 70.00 | 0.50 / 1.00" in text
+    assert "| fedavg    | 5.00 ± 1.41 (2)  | 6.00 / 4.00   | 10.00 / 10.00 | 10.00 / 10.00" in text
+
+
+def test_stored_summaries_and_cells_added_to_a_stored_file(tmp_path):
+    """A stored cell typed as a summary (mean ± std, per-seed values rounded, statistics as a
+    mean, a mean ± std or a range) prints as typed; `store --add` puts new cells into a stored
+    file in place of the same cells, each with its own command, date and source."""
+    column = "rebafl/fmnist_pat2_m20"
+    typed = {
+        "numbers": "rebafl_table1",
+        "column": column,
+        "method": "fedavg",
+        "seeds": [0, 1],
+        "values": [74.1, 75.0],
+        "mean": 74.57,
+        "stat_means": {"last5": {"mean": 70.0, "std": 1.5}, "wall_time_s": {"min": 12, "max": 14}},
+    }
+    stored = tmp_path / "t1.json"
+    head = {"table": "rebafl/table1", "scale": "paper", "command": "typed", "date": "2026-11-21"}
+    stored.write_text(
+        json.dumps({**head, "cells": [typed, {**typed, "method": "moon", "mean": 61.0}]})
+    )
+    chosen = cells(
+        "rebafl/table1", columns=["fmnist_pat2_m20"], methods=["fedavg", "moon"], seeds=[0, 1]
+    )
+    numbers = load_job("rebafl/table1").numbers
+    fedavg, moon = measure(chosen, numbers, stored, ("seeds", "last5", "wall_time_s"))
+    text = tables_markdown([fedavg, moon], ("seeds", "last5", "wall_time_s"))
+    assert "| 74.57 (2) | 75.27 ± 0.00 | -0.70 | yes " in text
+    assert "| 74.10 / 75.00 | 70.00 ± 1.50 | 12.00–14.00 |" in text
+
+    runs = tmp_path / "runs"
+    for cell in chosen:
+        if cell.method == "moon":
+            curve_run(runs / cell.folder, [60.0] * 20, {"last10_mean_accuracy": 62.0 + cell.seed})
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "store",
+                "rebafl/table1",
+                str(runs),
+                "--columns",
+                "fmnist_pat2_m20",
+                "--methods",
+                "moon",
+                "--seeds",
+                "0",
+                "1",
+                "--add",
+                "--to",
+                str(stored),
+                "--source",
+                "rerun here",
+            ]
+        )
+    data = load_stored(stored)
+    assert [c["method"] for c in data["cells"]] == ["fedavg", "moon"] and data["command"] == "typed"
+    moon = data["cells"][1]
+    assert moon["values"] == [62.0, 63.0] and moon["provenance"]["source"] == "rerun here"
+    assert moon["stats"][0]["min_last10"] == 60.0 and "absdelta_last50" in moon["stats"][0]
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "report",
+                "rebafl/table1",
+                str(stored),
+                "--columns",
+                "fmnist_pat2_m20",
+                "--methods",
+                "fedavg",
+                "moon",
+                "--seeds",
+                "0",
+                "1",
+                "--to",
+                str(tmp_path / "rep"),
+            ]
+        )
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert (
+        "Stored later (`store --add`), moon: python -m fedshare.reproduce run rebafl/table1" in text
+    )
+    assert "rerun here" in text and "| 62.50 ± 0.71 (2) |" in text
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**head, "table": "xormixfl/table2", "cells": []}))
+    with pytest.raises(SystemExit) as stop:
+        main(
+            ["store", "rebafl/table1", str(runs), "--methods", "moon", "--add", "--to", str(other)]
+        )
+    assert stop.value.code == 2

@@ -178,7 +178,7 @@ def measure(
                 continue
             item.values.append(value)
             item.seeds.append(cell.seed)
-            found_stats = {n: cell_value(run, n) for n in stats if not n.startswith(PER_SEED)}
+            found_stats = {n: cell_value(run, n) for n in map(_read_name, stats) if n}
             item.stats.append({n: v for n, v in found_stats.items() if v is not None})
     for item in found.values():
         if item.metric != load_table(item.numbers).get("metric", "final_accuracy"):
@@ -191,6 +191,11 @@ def measure(
         if item.n:
             item.comparison = entry_cmp
     return list(found.values())
+
+
+def _read_name(stat: str) -> str:
+    """The value a statistic reads per seed: NAME of `seeds:NAME`, none for `seeds`."""
+    return stat.partition(":")[2] if stat.startswith(PER_SEED) else stat
 
 
 def _per_seed(cell: dict[str, Any]) -> list[dict[str, float]]:
