@@ -2,9 +2,9 @@
 
 `python -m fedshare.reproduce docs` replaces the text between each such pair of markers with
 `report`'s tables of TABLE's runs in DIR, or of a stored file of measured cells (`store`;
-docs/measured/), a path relative to the current folder (options as
-`report`'s: `--columns`, `--methods`, `--seeds`, `--scale`)). A block whose DIR is not on this
-machine stays as it is (with a note on stderr): the docs never get numbers that no run gave.
+docs/measured/), a path relative to the current folder (options as `report`'s: `--columns`,
+`--methods`, `--seeds`, `--scale`, `--stats`). A block whose DIR is not on this machine stays
+as it is (with a note on stderr): the docs never get numbers that no run gave.
 """
 
 import re
