@@ -193,10 +193,19 @@ def test_swa_averages_the_iterates_at_the_chosen_steps():
     average.load_into(w)
     assert float(w.weight.detach()) == pytest.approx(-0.1 * (3 + 5 + 7) / 3)  # steps 3, 5, 7
     assert average.count == 3
-    # start 2, every 3: the 2nd, 5th and 8th iterates of nine
+
+
+def test_swa_from_step_two_every_three_steps():
+    """start 2, every 3: the 2nd, 5th and 8th of nine iterates (a schedule where step + start
+    and step − start fall on different steps)."""
+    w = torch.nn.Linear(1, 1, bias=False)
     torch.nn.init.zeros_(w.weight)
     average = IterateAverage(start=2, every=3)
-    fit(optimizer, average.after_steps(iter(range(9)), w), loss)
+    fit(
+        torch.optim.SGD(w.parameters(), lr=0.1),
+        average.after_steps(iter(range(9)), w),
+        lambda _: w.weight.sum(),
+    )
     average.load_into(w)
     assert float(w.weight.detach()) == pytest.approx(-0.1 * (2 + 5 + 8) / 3)
 
