@@ -123,7 +123,7 @@ def test_fedbe_teachers_are_clients_mean_gaussian_and_dirichlet_heads():
 
 @pytest.mark.parametrize(
     ("posterior", "samples", "counts"),
-    [("both", 5, (3, 2)), ("both", 4, (2, 2)), ("gaussian", 4, (4, 0)), ("dirichlet", 4, (0, 4))],
+    [("both", 5, (3, 2)), ("both", 15, (8, 7)), ("gaussian", 4, (4, 0)), ("dirichlet", 4, (0, 4))],
 )
 def test_sample_counts_split_the_posterior_draws(posterior, samples, counts):
     assert make_strategy("fedbe", {"posterior": posterior, "samples": samples}).sample_counts() == (
