@@ -481,6 +481,7 @@ METHODS: dict[str, Target] = {
                 "gaussian_samples_have_the_heads_weighted_mean_and_variance",
                 "dirichlet_samples_are_convex_combinations_of_the_client_heads",
                 "targets_the_ensemble_mean_probability_and_the_majority_vote",
+                "a_class_every_teacher_rules_out_keeps_a_finite_target",
                 "swa_averages_the_iterates_at_the_chosen_steps",
                 "swa_from_step_two_every_three_steps",
                 "sample_counts_split_the_posterior_draws",

@@ -1,6 +1,8 @@
 """FedBE and FedKT (FedPFT's Table 5 baselines, specs/fedpft.md §4.3): one-shot heads distilled
 on the server's unlabelled inputs; what they need, what they send, and their targets."""
 
+import math
+
 import pytest
 import torch
 
@@ -62,6 +64,17 @@ def test_targets_the_ensemble_mean_probability_and_the_majority_vote():
     votes = torch.tensor([[0, 1, 2, 3], [1, 1, 2, 0], [1, 2, 3, 3]])
     assert majority_vote(votes, 4).tolist() == [1, 1, 2, 3]
     assert majority_vote(torch.tensor([[2], [1]]), 4).tolist() == [1]  # a tie: smaller id
+
+
+def test_a_class_every_teacher_rules_out_keeps_a_finite_target():
+    """A probability that underflows to 0 in every teacher is floored at 1e-12: the target's
+    logit is log 1e-12, not −inf (which would make the distillation's KL nan)."""
+    head = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.copy_(torch.tensor([0.0, -200.0]))  # exp(−200) is 0 in float32
+    got = ProbabilityMean([head, head])(torch.randn(3, 2))
+    torch.testing.assert_close(got, torch.tensor([0.0, math.log(1e-12)]).expand(3, 2))
 
 
 # ----------------------------------------------------------- FedBE's global model distribution
