@@ -61,7 +61,7 @@ def test_diversity_loss_is_fedgens_exp_of_minus_the_mean_product_of_distances():
     (want_grad,) = torch.autograd.grad(want, x)
     torch.testing.assert_close(grad, want_grad)
     assert float(got.detach()) < 1.0  # spread outputs for spread noise lower it
-    assert float(diversity_loss(x[:1], noise[:1])) == 1.0  # one sample: no pair apart
+    assert float(diversity_loss(x[:1].detach(), noise[:1])) == 1.0  # one sample: no pair apart
 
 
 def strategy_after_one_round(**params) -> FedGen:
