@@ -369,6 +369,129 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
+    "ccvr": Target(  # Luo et al. 2021, §4: class Gaussians pooled exactly, virtual features
+        {
+            "src/fedshare/functional/class_gaussians.py": (
+                "class_statistics",
+                "PooledClassGaussians.add",
+                "PooledClassGaussians.result",
+                "sample_virtual_features",
+                "pack_symmetric",
+                "unpack_symmetric",
+            ),
+            "src/fedshare/strategies/ccvr.py": (
+                "CCVR.calibration_step",
+                "CCVR.calibrate",
+                "CCVR.summary_metrics",
+            ),
+            "src/fedshare/strategies/_head_calibration.py": (
+                "HeadCalibration.after_training",
+                "HeadCalibration.refit_head",
+            ),
+        },
+        " ".join(
+            f"tests/test_ccvr.py::test_{name}"
+            for name in (
+                "client_statistics_are_the_unbiased_mean_and_covariance_per_class",
+                "pooled_statistics_equal_those_of_the_pooled_features",
+                "single_samples_of_a_class_on_two_clients_pool_into_their_spread",
+                "summary_counts_the_groups_of_one_sample",
+                "symmetric_packing_round_trips_and_halves_the_numbers",
+                "virtual_features_follow_their_class_gaussian_and_carry_its_label",
+                "a_singular_covariance_still_samples_around_its_mean",
+                "without_calibration_epochs_it_is_fedavg_plus_the_counted_statistics",
+                "the_server_pools_every_clients_statistics_and_recalibrates_the_head",
+            )
+        ),
+    ),
+    "fedgen": Target(  # Zhu et al. 2021, §3.2: latent generator vs the label-weighted heads
+        {
+            "src/fedshare/functional/generative.py": (
+                "diversity_loss",
+                "label_weights",
+                "weighted_ensemble_logits",
+                "ensemble_cross_entropy",
+            ),
+            "src/fedshare/strategies/fedgen.py": (
+                "LatentGenerator.forward",
+                "LatentGenerator.sample",
+                "FedGen.broadcast",
+                "FedGen.client_update",
+                "FedGen.batched_update",
+                "FedGen.with_counts",
+                "FedGen.generated_batches",
+                "FedGen.generated_loss",
+                "FedGen.label_prior",
+                "FedGen.aggregate",
+                "FedGen.head_params",
+                "FedGen.train_generator",
+            ),
+        },
+        " ".join(
+            f"tests/test_fedgen.py::test_{name}"
+            for name in (
+                "each_head_is_weighted_by_its_clients_share_of_the_label",
+                "a_class_nobody_holds_weighs_zero_and_a_single_sample_weighs_fully",
+                "diversity_loss_is_fedgens_exp_of_minus_the_mean_product_of_distances",
+                "generated_features_enter_the_heads_loss_alone",
+                "clients_draw_labels_from_the_received_prior_and_features_for_those_labels",
+                "round_zero_is_fedavg_and_counts_and_generator_are_counted",
+                "generator_steps_are_the_weighted_ensemble_ce_plus_diversity_written_out",
+                "the_server_trains_the_generator_towards_what_the_weighted_heads_call_its_label",
+            )
+        )
+        + " tests/test_batched.py::test_strategies_with_their_own_local_loss_run_batched[fedgen]",
+    ),
+    "dsfl": Target(  # specs/fedpft.md §4.3: top-K of the update, mask + values, error feedback
+        {
+            "src/fedshare/functional/sparse.py": ("top_k_mask", "pack", "unpack"),
+            "src/fedshare/strategies/dsfl.py": (
+                "DSFL.client_update",
+                "DSFL.batched_update",
+                "DSFL.sparsify",
+                "DSFL.aggregate",
+            ),
+        },
+        "tests/test_dsfl.py::test_pack_round_trips_the_top_k_entries"
+        " tests/test_dsfl.py::test_error_feedback_adds_the_dropped_part_to_the_next_update"
+        " tests/test_dsfl.py::test_error_feedback_keeps_the_dropped_part_per_client"
+        " tests/test_dsfl.py::test_uploads_are_the_packed_sparse_updates_and_keep_one_is_fedavg"
+        " tests/test_batched.py::test_strategies_with_per_client_state_run_batched"
+        "[dsfl-error-feedback]",
+    ),
+    "fedbe": Target(  # FedBE §4: Gaussian and Dirichlet heads, mean-softmax targets, SWA
+        {
+            "src/fedshare/strategies/fedbe.py": (
+                "gaussian_heads",
+                "dirichlet_heads",
+                "FedBE.sample_counts",
+                "FedBE.teachers",
+                "FedBE.distill",
+            ),
+            "src/fedshare/strategies/_server_distillation.py": ("ProbabilityMean.forward",),
+            "src/fedshare/strategies/_feature_heads.py": (
+                "IterateAverage.add",
+                "IterateAverage.after_steps",
+                "IterateAverage.load_into",
+            ),
+        },
+        " ".join(
+            f"tests/test_fedbe_fedkt.py::test_{name}"
+            for name in (
+                "gaussian_samples_have_the_heads_weighted_mean_and_variance",
+                "dirichlet_samples_are_convex_combinations_of_the_client_heads",
+                "targets_the_ensemble_mean_probability_and_the_majority_vote",
+                "a_class_every_teacher_rules_out_keeps_a_finite_target",
+                "swa_averages_the_iterates_at_the_chosen_steps",
+                "swa_from_step_two_every_three_steps",
+                "sample_counts_split_the_posterior_draws",
+                "fedbe_teachers_are_clients_mean_gaussian_and_dirichlet_heads",
+                "fedbe_gaussian_teachers_follow_the_sample_weighted_heads",
+                "fedbe_distils_the_teachers_mean_probability_into_swa_from_the_chosen_step",
+                "fedbe_student_is_the_swa_average_and_reduces_to_the_last_iterate",
+            )
+        ),
+    ),
 }
 """docs/mutation.md says which entries have been run (FedPFT and XorMixFL not yet) and which
 methods have no entry."""

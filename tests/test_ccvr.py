@@ -61,6 +61,26 @@ def test_client_statistics_are_the_unbiased_mean_and_covariance_per_class():
     assert torch.equal(stats.covariances[2], torch.zeros(6, 6))  # one sample: no spread
 
 
+def test_single_samples_of_a_class_on_two_clients_pool_into_their_spread():
+    """A class held by one sample on each of two clients: each upload has covariance 0, the
+    pooled Gaussian has the spread between them (N_c = 2, Σ_c by the unbiased formula); a
+    class with one sample in all keeps covariance 0; a class nobody holds has no Gaussian."""
+    pooled = PooledClassGaussians(num_classes=3, dim=2)
+    one = torch.tensor([[0.0, 0.0], [5.0, -1.0]], dtype=torch.float64)
+    pooled.add(class_statistics(one, torch.tensor([0, 1])))
+    pooled.add(class_statistics(torch.tensor([[2.0, 4.0]], dtype=torch.float64), torch.tensor([0])))
+    got = pooled.result()
+    assert got.classes.tolist() == [0, 1] and got.counts.tolist() == [2, 1]
+    torch.testing.assert_close(got.means, torch.tensor([[1.0, 2.0], [5.0, -1.0]]).double())
+    # class 0: (0, 0) and (2, 4): deviations ±(1, 2), summed outer products / (2 − 1)
+    spread = torch.tensor([[2.0, 4.0], [4.0, 8.0]]).double()
+    torch.testing.assert_close(got.covariances, torch.stack([spread, torch.zeros(2, 2).double()]))
+    both = class_statistics(
+        torch.cat([one[:1], torch.tensor([[2.0, 4.0]]).double()]), torch.tensor([0, 0])
+    )
+    assert torch.equal(both.covariances[0], spread)  # the same two samples on one client
+
+
 def test_symmetric_packing_round_trips_and_halves_the_numbers():
     a = torch.randn(3, 5, 5, dtype=torch.float64)
     sym = a + a.transpose(1, 2)
@@ -129,6 +149,16 @@ def test_the_server_pools_every_clients_statistics_and_recalibrates_the_head():
     assert last["virtual_features"] == 10 * 100
     assert last["virtual_accuracy_after"] > last["virtual_accuracy_before"]
     assert ccvr.accuracies[-1] > fedavg.accuracies[-1] + 20  # measured: 75.6 vs 17.2 (4 rounds)
+
+
+def test_summary_counts_the_groups_of_one_sample():
+    ccvr = CCVR()
+    ccvr.group_sizes = [2, 1, 60, 1]
+    assert ccvr.summary_metrics() == {
+        "statistic_groups": 4,
+        "smallest_statistic_group": 1,
+        "single_sample_statistics": 2,
+    }
 
 
 def test_bad_settings_name_the_value():

@@ -1,6 +1,8 @@
 """FedBE and FedKT (FedPFT's Table 5 baselines, specs/fedpft.md §4.3): one-shot heads distilled
 on the server's unlabelled inputs; what they need, what they send, and their targets."""
 
+import math
+
 import pytest
 import torch
 
@@ -64,6 +66,17 @@ def test_targets_the_ensemble_mean_probability_and_the_majority_vote():
     assert majority_vote(torch.tensor([[2], [1]]), 4).tolist() == [1]  # a tie: smaller id
 
 
+def test_a_class_every_teacher_rules_out_keeps_a_finite_target():
+    """A probability that underflows to 0 in every teacher is floored at 1e-12: the target's
+    logit is log 1e-12, not −inf (which would make the distillation's KL nan)."""
+    head = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.copy_(torch.tensor([0.0, -200.0]))  # exp(−200) is 0 in float32
+    got = ProbabilityMean([head, head])(torch.randn(3, 2))
+    torch.testing.assert_close(got, torch.tensor([0.0, math.log(1e-12)]).expand(3, 2))
+
+
 # ----------------------------------------------------------- FedBE's global model distribution
 def convex_weights(vectors: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
     """γ with sample = Σ γ_i vectors_i (least squares; exact for independent vectors)."""
@@ -121,6 +134,63 @@ def test_fedbe_teachers_are_clients_mean_gaussian_and_dirichlet_heads():
     assert len(dirichlet_only.strategy.teachers([(v, 1.0) for v in clients])) == 3 + 1 + 15
 
 
+@pytest.mark.parametrize(
+    ("posterior", "samples", "counts"),
+    [("both", 5, (3, 2)), ("both", 15, (8, 7)), ("gaussian", 4, (4, 0)), ("dirichlet", 4, (0, 4))],
+)
+def test_sample_counts_split_the_posterior_draws(posterior, samples, counts):
+    assert make_strategy("fedbe", {"posterior": posterior, "samples": samples}).sample_counts() == (
+        counts
+    )
+
+
+def test_fedbe_gaussian_teachers_follow_the_sample_weighted_heads():
+    """Under the default `weighting=samples` the Gaussian is fitted with the clients' sample
+    counts as weights (normalised): the drawn heads, standardised by that mean and spread, are
+    N(0, 1) in every coordinate; under `uniform` with the plain mean and spread."""
+    strategy = run("fedbe", {"distill_epochs": 0, "posterior": "gaussian", "samples": 200}).strategy
+    size = strategy.head.weight.numel() + strategy.head.bias.numel()
+    clients = torch.randn(3, size, generator=torch.Generator().manual_seed(1))
+    for weighting, w in (("samples", [1.0, 2.0, 5.0]), ("uniform", [1.0, 1.0, 1.0])):
+        strategy.weighting = weighting
+        teachers = strategy.teachers(
+            [(v, n) for v, n in zip(clients, (1.0, 2.0, 5.0), strict=True)]
+        )
+        drawn = torch.stack([torch.cat([t.weight.flatten(), t.bias]) for t in teachers[4:]])
+        weights = torch.tensor(w)[:, None] / sum(w)
+        mean = (weights * clients).sum(0)
+        std = (weights * (clients - mean) ** 2).sum(0).sqrt()
+        standard = (drawn - mean) / std
+        assert len(drawn) == 200
+        assert standard.mean(0).abs().max() < 0.35  # per coordinate: sd 0.07
+        assert (standard.var(0) - 1).abs().max() < 0.5  # sd 0.1
+
+
+def test_fedbe_distils_the_teachers_mean_probability_into_swa_from_the_chosen_step(monkeypatch):
+    """distill: the teacher is the teachers' `ProbabilityMean`; SWA starts at
+    max(1, ⌈swa_start · steps⌉) of steps = passes · ⌈inputs / batch⌉ and averages every
+    `swa_every` steps; without SWA no average."""
+    strategy = run("fedbe", {"distill_epochs": 0}).strategy
+    strategy.passes = 3  # 200 server inputs, batches of 64: 4 steps a pass, 12 in all
+    feats = torch.randn(200, 64)
+    teachers = [torch.nn.Linear(64, 10) for _ in range(2)]
+    seen = {}
+
+    def fit(feats, labels, gen, teacher, average):
+        seen.update(labels=labels, teacher=teacher, average=average)
+        return torch.zeros(())
+
+    monkeypatch.setattr(strategy, "fit", fit)
+    for swa_start, every, start in ((0.3, 25, 4), (0.05, 3, 1), (0.0, 1, 1), (0.5, 2, 6)):
+        strategy.swa_start, strategy.swa_every = swa_start, every
+        strategy.distill(teachers, feats, torch.Generator())
+        assert seen["labels"] is None and list(seen["teacher"].heads) == teachers
+        assert (seen["average"].start, seen["average"].every) == (start, every)
+    strategy.swa = False
+    strategy.distill(teachers, feats, torch.Generator())
+    assert seen["average"] is None
+
+
 # ----------------------------------------------------------- SWA in the server's distillation
 def test_swa_averages_the_iterates_at_the_chosen_steps():
     w = torch.nn.Linear(1, 1, bias=False)
@@ -136,6 +206,21 @@ def test_swa_averages_the_iterates_at_the_chosen_steps():
     average.load_into(w)
     assert float(w.weight.detach()) == pytest.approx(-0.1 * (3 + 5 + 7) / 3)  # steps 3, 5, 7
     assert average.count == 3
+
+
+def test_swa_from_step_two_every_three_steps():
+    """start 2, every 3: the 2nd, 5th and 8th of nine iterates (a schedule where step + start
+    and step − start fall on different steps)."""
+    w = torch.nn.Linear(1, 1, bias=False)
+    torch.nn.init.zeros_(w.weight)
+    average = IterateAverage(start=2, every=3)
+    fit(
+        torch.optim.SGD(w.parameters(), lr=0.1),
+        average.after_steps(iter(range(9)), w),
+        lambda _: w.weight.sum(),
+    )
+    average.load_into(w)
+    assert float(w.weight.detach()) == pytest.approx(-0.1 * (2 + 5 + 8) / 3)
 
 
 def test_fedbe_student_is_the_swa_average_and_reduces_to_the_last_iterate():

@@ -10,8 +10,10 @@ import torch.nn.functional as F
 from fedshare import simulate
 from fedshare.api import init_model
 from fedshare.engine.flat import FlatState
+from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError
 from fedshare.functional.generative import (
+    diversity_loss,
     ensemble_cross_entropy,
     label_weights,
     weighted_ensemble_logits,
@@ -38,6 +40,87 @@ def test_each_head_is_weighted_by_its_clients_share_of_the_label():
     torch.testing.assert_close(
         ensemble_cross_entropy(logits, counts, labels), F.cross_entropy(want, labels)
     )
+
+
+def test_a_class_nobody_holds_weighs_zero_and_a_single_sample_weighs_fully():
+    counts = torch.tensor([[0, 1, 2], [0, 0, 2]])
+    assert torch.equal(label_weights(counts), torch.tensor([[0.0, 1.0, 0.5], [0.0, 0.0, 0.5]]))
+
+
+def test_diversity_loss_is_fedgens_exp_of_minus_the_mean_product_of_distances():
+    """exp(−mean_{i,j} ‖x_i − x_j‖₁/dim_x · ‖ε_i − ε_j‖²/dim_ε), written out (widths 3 and 2,
+    three samples)."""
+    x = torch.tensor([[0.0, 1.0, 2.0], [1.0, 1.0, 0.0], [0.5, -1.0, 2.0]], requires_grad=True)
+    noise = torch.tensor([[0.0, 1.0], [1.0, -1.0], [0.5, 0.5]])
+    l1 = (x[:, None] - x[None]).abs().sum(-1) / 3
+    squared = ((noise[:, None] - noise[None]) ** 2).sum(-1) / 2
+    want = torch.exp(-(l1 * squared).sum() / 9)
+    got = diversity_loss(x, noise)
+    torch.testing.assert_close(got, want)
+    (grad,) = torch.autograd.grad(got, x)
+    (want_grad,) = torch.autograd.grad(want, x)
+    torch.testing.assert_close(grad, want_grad)
+    assert float(got.detach()) < 1.0  # spread outputs for spread noise lower it
+    assert float(diversity_loss(x[:1].detach(), noise[:1])) == 1.0  # one sample: no pair apart
+
+
+def strategy_after_one_round(**params) -> FedGen:
+    fed = digits_federation(SKEWED, 10, 0)
+    return simulate(
+        FedGen(generator_steps=0, **params), fed, "cnn_small", rounds=1, seed=0, train=DIGITS_TRAIN
+    ).strategy
+
+
+def head_updates(strategy: FedGen, heads, counts) -> list[Update]:
+    updates = []
+    for k, (head, held) in enumerate(zip(heads, counts, strict=True)):
+        model = copy.deepcopy(strategy.model)
+        model.head.load_state_dict(head.state_dict())  # cnn_small's head is one Linear
+        weights = strategy.flat.flatten(model)
+        updates.append(Update(k, 300, weights=weights, payload={"label_counts": held}))
+    return updates
+
+
+def test_generator_steps_are_the_weighted_ensemble_ce_plus_diversity_written_out():
+    """Two server steps, by hand: y ~ the round's counts, ẑ = G(y, ε), the loss
+    CE(Σ_k n_{k,y}/n_y · h_k(ẑ), y) + η · L_div(ẑ, ε) and Adam on G; the reported loss is the
+    steps' mean."""
+    strategy = strategy_after_one_round(diversity_weight=0.5, generator_batch=6)
+    strategy.generator_steps = 2
+    torch.manual_seed(1)
+    heads = [torch.nn.Linear(128, 10), torch.nn.Linear(128, 10)]
+    counts = torch.tensor([[5, 0, 3] + [0] * 7, [1, 4, 0] + [0] * 7], dtype=torch.int32)
+    generator = copy.deepcopy(strategy.generator).train()
+    optimizer = torch.optim.Adam(generator.parameters(), lr=strategy.generator_lr)
+    draws = torch_generator(0, "fedgen/server", 1)
+    prior = torch.tensor([6.0, 4.0, 3.0] + [0.0] * 7) / 13
+    losses = []
+    for _ in range(2):
+        y = torch.multinomial(prior, 6, replacement=True, generator=draws)
+        noise = torch.randn((6, 32), generator=draws)
+        z = generator(y, noise)
+        ensemble = torch.stack(
+            [
+                sum(counts[k, c] / counts[:, c].sum() * heads[k](z[i]) for k in range(2))
+                for i, c in enumerate(y.tolist())
+            ]
+        )
+        l1 = (z[:, None] - z[None]).abs().sum(-1) / 128
+        squared = ((noise[:, None] - noise[None]) ** 2).sum(-1) / 32
+        loss = F.cross_entropy(ensemble, y) + 0.5 * torch.exp(-(l1 * squared).mean())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+    assert set(y.tolist()) <= {0, 1, 2}
+    strategy.aggregate(iter(head_updates(strategy, heads, counts)), 1)
+    assert strategy.generator_loss == pytest.approx(sum(losses) / 2, rel=1e-5)
+    # the first layer's bias feeds BatchNorm, which removes it: its gradient is rounding, and
+    # Adam scales rounding to a full step
+    mine = dict(generator.named_parameters())
+    for name, value in strategy.generator.named_parameters():
+        if name != "net.0.bias":
+            torch.testing.assert_close(value, mine[name], msg=name)
 
 
 def test_the_server_trains_the_generator_towards_what_the_weighted_heads_call_its_label():
