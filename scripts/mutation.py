@@ -285,6 +285,32 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
+    "fedavg": Target(  # FedAvg's weighted mean: the engine's accumulator and the server step
+        {
+            "src/fedshare/engine/aggregation.py": (
+                "RunningMean.__init__",
+                "RunningMean.add",
+                "RunningMean.empty",
+                "RunningMean.value",
+            ),
+            "src/fedshare/engine/messages.py": ("Update.aggregation_weight",),
+            "src/fedshare/strategies/base.py": (
+                "Strategy.aggregate",
+                "Strategy.load_mean",
+                "Strategy.average_weights",
+                "Strategy.running_mean",
+            ),
+        },
+        " ".join(
+            f"tests/test_engine.py::test_{name}"
+            for name in (
+                "running_mean_is_the_weighted_mean_in_the_accumulators_dtype",
+                "running_mean_refuses_negative_weights_and_an_empty_mean",
+                "average_weights_uses_each_updates_weight_or_count_and_collects_the_rest",
+                "fedavg_aggregate_is_the_sample_weighted_mean",
+            )
+        ),
+    ),
     # baselines (issue 33)
     "scaffold": Target(
         {
