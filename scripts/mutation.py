@@ -238,8 +238,10 @@ METHODS: dict[str, Target] = {
                 "FedPFT.synthesize",
                 "FedPFT.aggregate",
             ),
+            "src/fedshare/strategies/_feature_heads.py": ("fit_head",),  # §7 A8, shared
         },
-        "tests/test_gmm.py"
+        "tests/test_fedpft.py::test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out"
+        " tests/test_gmm.py"
         " tests/test_fedpft.py::test_fedpft_is_deterministic_and_seed_dependent"
         " tests/test_fedpft.py::test_shrink_policy_and_per_client_components"
         " tests/test_fedpft.py::test_engine_bytes_equal_the_formula",

@@ -11,12 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from fedshare import simulate
+from fedshare.config import TrainConfig
 from fedshare.data import federate, load_dataset
 from fedshare.errors import FedshareError
 from fedshare.functional.gmm import component_params
 from fedshare.strategies import make_strategy
+from fedshare.strategies._feature_heads import IterateAverage, fit_head, fresh_head
 from fedshare.strategies.fedpft import gmm_bytes, gmm_params, head_bytes, raw_feature_bytes
 from helpers import without_wall_time
 
@@ -147,6 +150,65 @@ def test_fedpft_is_deterministic_and_seed_dependent(mixture_data):
     wa, wb, wc = (r.strategy.head.weight for r in (a, b, c))
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
     assert a.final_accuracy == b.final_accuracy
+
+
+@pytest.mark.parametrize(
+    ("labelled", "temperature", "epochs", "swa"),
+    [
+        (True, None, None, False),
+        (True, 2.0, None, False),
+        (False, 2.0, 2, False),
+        (True, 1.0, 3, False),
+        (True, 0.5, None, True),
+    ],
+)
+def test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out(labelled, temperature, epochs, swa):
+    """§7 A8 / A15: full-batch plain SGD on CE(h(x), y) + T²·KL(softmax(t/T) ‖ softmax(h/T))
+    (the KD term with a teacher; T defaults to 1; KD alone without labels) for `epochs` passes
+    (default `train.local_epochs`), the returned loss the steps' mean; with SWA the head ends as
+    the mean of the iterates after steps 2, 3, …"""
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(12, 3, generator=gen), torch.randint(0, 4, (12,), generator=gen)
+    teacher = None if temperature is None else fresh_head(3, 4, gen, "cpu")
+    train = TrainConfig(optimizer="sgd", lr=0.5, batch_size=12, local_epochs=4)
+    head = fresh_head(3, 4, torch.Generator().manual_seed(1), "cpu")
+    w, b = (p.detach().clone().requires_grad_() for p in (head.weight, head.bias))
+    kwargs = {} if temperature in (None, 1.0) else {"temperature": temperature}
+    average = IterateAverage(start=2, every=1) if swa else None
+    loss = fit_head(
+        head,
+        x,
+        y if labelled else None,
+        train,
+        0.5,
+        torch.Generator().manual_seed(2),
+        epochs,
+        teacher,
+        average=average,
+        **kwargs,
+    )
+    losses, iterates = [], []
+    for _ in range(4 if epochs is None else epochs):
+        logits = x @ w.T + b
+        step = F.cross_entropy(logits, y) if labelled else torch.zeros(())
+        if teacher is not None:
+            t = temperature or 1.0
+            p_t = torch.softmax(teacher(x).detach() / t, dim=1)
+            log_s = torch.log_softmax(logits / t, dim=1)
+            step = step + t * t * (p_t * (p_t.log() - log_s)).sum(1).mean()
+        gw, gb = torch.autograd.grad(step, (w, b))
+        with torch.no_grad():
+            w -= 0.5 * gw
+            b -= 0.5 * gb
+        losses.append(float(step.detach()))
+        iterates.append((w.detach().clone(), b.detach().clone()))
+    if swa:
+        w, b = (torch.stack(v[1:]).mean(0) for v in zip(*iterates, strict=True))
+    torch.testing.assert_close(head.weight.detach(), w.detach(), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(head.bias.detach(), b.detach(), atol=1e-6, rtol=1e-5)
+    assert float(loss) == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+    with pytest.raises(ValueError, match="labels, a teacher"):
+        fit_head(head, x, None, train, 0.5, gen)
 
 
 def test_dp_fedpft_normalises_train_and_test_features(mixture_data):
