@@ -155,9 +155,9 @@ def test_fedpft_is_deterministic_and_seed_dependent(mixture_data):
 @pytest.mark.parametrize(
     ("labelled", "temperature", "epochs", "swa"),
     [
+        (False, 2.0, 2, False),
         (True, None, None, False),
         (True, 2.0, None, False),
-        (False, 2.0, 2, False),
         (True, 1.0, 3, False),
         (True, 0.5, None, True),
     ],
