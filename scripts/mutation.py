@@ -242,9 +242,9 @@ METHODS: dict[str, Target] = {
         },
         "tests/test_fedpft.py::test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out"
         " tests/test_gmm.py"
-        " tests/test_fedpft.py::test_fedpft_is_deterministic_and_seed_dependent"
+        " tests/test_fedpft.py::test_engine_bytes_equal_the_formula"
         " tests/test_fedpft.py::test_shrink_policy_and_per_client_components"
-        " tests/test_fedpft.py::test_engine_bytes_equal_the_formula",
+        " tests/test_fedpft.py::test_fedpft_is_deterministic_and_seed_dependent",
     ),
     "xormixfl": Target(  # xormixfl.md §3: blends (Eq. 1), XOR encode / decode (Eqs. 2-3)
         {
