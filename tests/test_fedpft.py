@@ -101,6 +101,7 @@ def test_engine_bytes_equal_the_formula(mixture_data, cov):
     assert summary["bytes_down"] == fed.num_clients * (d + 1) * mixture_data.num_classes * 4
     assert summary["gmm_param_bytes"] == sum(gmm_bytes(d, k, len(p), cov) for p in sent)
     assert summary["gmm_pairs"] == sum(len(p) for p in sent)
+    assert summary["gmm_meta_bytes"] == 8 * summary["gmm_pairs"]
     assert summary["synthetic_samples"] == sum(n for p in sent for _, n in p)
 
 
@@ -209,6 +210,57 @@ def test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out(labelled, temperature, epo
     assert float(loss) == pytest.approx(sum(losses) / len(losses), rel=1e-5)
     with pytest.raises(ValueError, match="labels, a teacher"):
         fit_head(head, x, None, train, 0.5, gen)
+
+
+def test_synthesis_draws_round_n_times_multiplier_at_least_one_from_each_pairs_stream():
+    """§7 A1: max(1, round(n·multiplier)) samples per (label, n, mixture), labelled with its
+    class; §7 A9: each (client, class) from its own stream."""
+    from fedshare.engine.rng import torch_generator
+    from fedshare.functional.gmm import GaussianMixture
+
+    def gaussian(mean: float) -> GaussianMixture:
+        ones = torch.ones(1, 2, dtype=torch.float64)
+        return GaussianMixture(ones[0, :1], mean * ones, ones, "diag")
+
+    mixtures = [(3, 10, gaussian(0.0)), (7, 1, gaussian(5.0))]
+    strategy = make_strategy("fedpft", {"synthetic_multiplier": 0.3})
+    xs, ys = strategy.synthesize(mixtures, 11, 2, "p", torch.device("cpu"))
+    assert [len(x) for x in xs] == [3, 1]  # round(3.0), max(1, round(0.3))
+    assert [y.tolist() for y in ys] == [[3, 3, 3], [7]]
+    for (label, _, g), x, m in zip(mixtures, xs, (3, 1), strict=True):
+        torch.testing.assert_close(x, g.sample(m, torch_generator(11, "p", 2, label)).float())
+    big = make_strategy("fedpft", {"synthetic_multiplier": 2.5})
+    assert [len(x) for x in big.synthesize(mixtures, 11, 2, "p", torch.device("cpu"))[0]] == [
+        25,
+        2,  # round(2.5) = 2
+    ]
+
+
+def test_local_mixtures_fit_each_class_and_report_drops_and_mean_em_iterations():
+    """Under `drop`, classes with n ≤ K are left out and counted; `em_iterations` is the mean
+    EM iterations over the fitted classes (0 when none is fitted)."""
+    from types import SimpleNamespace
+
+    from fedshare.functional.gmm import fit_gmm
+
+    gen = torch.Generator().manual_seed(0)
+    feats = torch.randn(23, 2, generator=gen)
+    labels = torch.tensor([0] * 12 + [1] * 2 + [2] * 9)
+    client = SimpleNamespace(rng=lambda name: torch.Generator().manual_seed(len(name)))
+    strategy = make_strategy("fedpft", {"n_components": 2})
+    mixtures, stats = strategy.local_mixtures(feats, labels, 2, client, "gmm")
+    assert [(c, n) for c, n, _ in mixtures] == [(0, 12), (2, 9)]
+    iters = [
+        fit_gmm(feats[labels == c], 2, generator=torch.Generator().manual_seed(len(f"gmm/{c}")))[
+            1
+        ].n_iter
+        for c in (0, 2)
+    ]
+    assert stats == {"gmm_dropped_samples": 2.0, "em_iterations": sum(iters) / 2}
+    _, one = strategy.local_mixtures(feats[:12], labels[:12], 2, client, "gmm")
+    assert one["em_iterations"] == iters[0] >= 2
+    _, none = strategy.local_mixtures(feats[12:14], labels[12:14], 2, client, "gmm")
+    assert none == {"gmm_dropped_samples": 2.0, "em_iterations": 0.0}
 
 
 def test_dp_fedpft_normalises_train_and_test_features(mixture_data):

@@ -140,6 +140,36 @@ def test_point_mass_for_a_single_sample() -> None:
     )
 
 
+@pytest.mark.parametrize("cov", COVARIANCE_TYPES)
+def test_point_mass_is_one_component_at_the_mean_with_variance_reg_covar(cov: str) -> None:
+    """§7 A3 shrink for n = 1: weight 1, mean the sample, variance reg_covar in every family."""
+    x = torch.tensor([[0.5, -2.0]])
+    g = point_mass(x, cov, 0.25)
+    assert g.weights.tolist() == [1.0]
+    assert torch.equal(g.means, x.double())
+    torch.testing.assert_close(g.full_covariances(), 0.25 * torch.eye(2, dtype=torch.float64)[None])
+    assert g.sample(1, torch.Generator().manual_seed(0)).shape == (1, 2)
+    assert g.sample(0).shape == (0, 2)
+
+
+def test_server_sanitation_clamps_negative_weights_and_spreads_a_zero_total() -> None:
+    """§7 A5: the server renormalises the received weights after clamping them at 0, and
+    a mixture whose weights sum to 0 gets 1/K each; float32 weights come back exactly."""
+    means = torch.tensor([[0.0], [1.0], [2.0]], dtype=torch.float64)
+    g = GaussianMixture(
+        torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64), means, torch.ones(3, 1), "diag"
+    )
+    payload = pack_mixtures([(4, 9, g)], "diag", "float32")
+    ((_, _, back),) = unpack_mixtures(payload, "diag")
+    torch.testing.assert_close(back.weights, g.weights.float().double())
+    payload["gmm_weights"] = torch.tensor([-0.5, 1.0, 3.0])
+    ((_, _, back),) = unpack_mixtures(payload, "diag")
+    assert back.weights.tolist() == [0.0, 0.25, 0.75]
+    payload["gmm_weights"] = torch.zeros(3)
+    ((_, _, back),) = unpack_mixtures(payload, "diag")
+    assert back.weights.tolist() == [1 / 3] * 3
+
+
 def test_component_parameter_counts() -> None:
     """§2.6 per-component table."""
     expected = {2048: (2_100_225, 4097, 2050), 768: (296_065, 1537, 770), 512: (131_841, 1025, 514)}
