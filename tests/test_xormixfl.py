@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 import fedshare
 from fedshare.errors import FedshareError
 from fedshare.functional.mixup import ORDERS, fold_weights, soft_labels
-from fedshare.functional.xor_mixup import blend, blend_by_label, quantize, xor_code
+from fedshare.functional.xor_mixup import (
+    binarize,
+    blend,
+    blend_by_label,
+    from_bytes,
+    quantize,
+    to_bytes,
+    xor_code,
+    xor_reduce,
+)
 from fedshare.privacy.mds import classical_mds, distance_stats, min_contributor_distance
 from fedshare.strategies import make_strategy
 from helpers import digits_federation, results_only
@@ -64,6 +73,51 @@ def test_background_passes_through_the_code_and_the_decoding():
     equal = device_key[:, 0] == server_key[:, 0]
     assert torch.equal(decoded[equal], target[equal])
     assert not torch.equal(decoded, target)
+
+
+def test_bytes_quantize_binarize_and_xor_written_out():
+    """A1: round half up and clip to 0…255; bytes ↔ stored values on the dataset's scale;
+    the {0, 255} option thresholds at 128; XOR keys one after another (Eqs. 2–3)."""
+    got = quantize(torch.tensor([-3.0, 0.49, 0.5, 127.5, 254.6, 300.0], dtype=torch.float64))
+    assert got.tolist() == [0, 0, 1, 128, 255, 255]
+    assert binarize(torch.tensor([0, 127, 128, 255], dtype=torch.uint8)).tolist() == [
+        0,
+        0,
+        255,
+        255,
+    ]
+    digits = torch.tensor([0.0, 3.0, 7.5, 16.0])  # digits: stored 0…16, scale 1/16
+    b = to_bytes(digits, 1 / 16)
+    assert b.tolist() == [0, 48, 120, 255]  # round(x · 255 / 16)
+    back = from_bytes(b, 1 / 16, torch.float32)
+    assert back.dtype == torch.float32
+    torch.testing.assert_close(back, b.double().mul(16 / 255).float())
+    raw = torch.tensor([3, 200], dtype=torch.uint8)
+    assert to_bytes(raw, 1 / 255) is raw and from_bytes(raw, 1 / 255, torch.uint8) is raw
+    gen = torch.Generator().manual_seed(4)
+    x, keys = images(gen, 2, 3, 3), images(gen, 2, 3, 3, 3)
+    by_hand = keys[:, 0] ^ keys[:, 1] ^ keys[:, 2]
+    assert torch.equal(xor_reduce(keys), by_hand)
+    assert torch.equal(xor_reduce(keys.transpose(0, 1), dim=0), by_hand)
+    assert torch.equal(xor_code(x, keys), x ^ by_hand)
+
+
+def test_soft_labels_add_each_positions_weight_to_its_class():
+    labels = torch.tensor([[2, 0], [1, 1]])
+    got = soft_labels(labels, torch.tensor([0.75, 0.25], dtype=torch.float64), 3)
+    assert got.tolist() == [[0.25, 0.0, 0.75], [0.0, 1.0, 0.0]]
+
+
+def test_a_label_with_fewer_than_p_samples_blends_what_it_has_and_repeats_its_first():
+    """ "Up to p" (§3.2): a label with 2 samples and p = 3 blends both (k = 2) and records the
+    first position again."""
+    gen = torch.Generator().manual_seed(5)
+    x = images(gen, 6, 1, 2, 2)
+    y = torch.tensor([0, 1, 0, 0, 1, 0])
+    out, pos = blend_by_label(x, y, torch.tensor([1, 1, 0]), 3, 0.25, gen)
+    assert sorted(pos[0, :2].tolist()) == [1, 4] and pos[0, 2] == pos[0, 0]
+    assert torch.equal(out[0], blend(x[pos[0, :2]][None], 0.25)[0])
+    assert set(pos[2].tolist()) <= {0, 2, 3, 5} and len(set(pos[2].tolist())) == 3
 
 
 def test_blend_arithmetic():
@@ -126,6 +180,72 @@ def test_protocol_shape_one_upload_per_device_no_model_traffic():
     model_bytes = sum(p.numel() * 4 for p in strategy.global_model().parameters())
     # target, quota table, dummy ids; then every participant downloads the trained model once
     assert summary["bytes_down"] == 4 * (2 + 4 * 4 + 2 * 9) + 4 * model_bytes
+
+
+def test_a_device_asked_for_one_sample_uploads_it():
+    """quota 4 over three devices: 2, 1, 1 (A6); each uploads exactly its share."""
+    strategy, summary = shared("xormixfl", quota=4)
+    assert sorted(strategy.quota_table[1:, 0].tolist()) == [1, 1, 2]
+    assert summary["shared_samples"] == 4
+
+
+def spy_server(name: str, **params):
+    """Run the sharing; return (fed, strategy, what `augment` returned, the server's training
+    inputs and labels)."""
+    fed = digits_federation(SMALL, 4, 0)
+    strategy = make_strategy(name, {"server_epochs": 0, **params})
+    seen: dict[str, object] = {}
+    augment, train = strategy.augment, strategy.train_server
+
+    def spy_augment(uploads, labels, round_idx):
+        seen["augment"] = (uploads, labels, *augment(uploads, labels, round_idx))
+        return seen["augment"][2:]
+
+    def spy_train(x, y, round_idx):
+        seen["train"] = (x, y)
+        return train(x, y, round_idx)
+
+    strategy.augment, strategy.train_server = spy_augment, spy_train
+    fedshare.simulate(strategy, fed, "mlp", rounds=1, train={"local_epochs": 1})
+    return fed, strategy, seen["augment"], seen["train"]
+
+
+def test_server_decodes_with_its_own_dummy_samples_and_trains_on_base_plus_decoded():
+    """Eq. 3 with p = M = 1: decoded = code ⊕ a server sample of the code's dummy label; the
+    server trains on its base samples and the decoded ones (back on the stored scale) with the
+    target label (hard)."""
+    fed, strategy, (uploads, labels, decoded, y_shared, keys), (x, y) = spy_server(
+        "xormixfl", include_server_keys=True
+    )
+    x_base, y_base = strategy.server_data()
+    nb = len(x_base)
+    assert torch.equal(decoded, uploads ^ keys[:, 0])
+    server = fed.client_indices[strategy.server]
+    key_samples = torch.nonzero(
+        (digit_bytes(fed)[server][:, None] == keys[None, :, 0]).flatten(2).all(2)
+    )
+    assert torch.equal(torch.unique(key_samples[:, 1]), torch.arange(len(keys)))
+    key_labels = fed.dataset.y_train[server][key_samples[:, 0]]
+    assert torch.equal(key_labels, labels[key_samples[:, 1], 1])
+    assert torch.equal(x[:nb], x_base) and torch.equal(y[:nb], y_base)
+    torch.testing.assert_close(x[nb:], decoded.double().mul(16 / 255).float())
+    assert (y[nb:] == 9).all() and torch.equal(y_shared, labels[:, 0])
+
+
+def test_mixfl_server_trains_on_the_uploads_with_one_hot_base_rows_and_mixup_labels():
+    _, strategy, (uploads, labels, augmented, y_shared, keys), (x, y) = spy_server(
+        "mixfl", alpha=0.25, dummy_labels=[3]
+    )
+    x_base, y_base = strategy.server_data()
+    nb = len(x_base)
+    assert keys is None and torch.equal(augmented, uploads)
+    torch.testing.assert_close(x[nb:], uploads.double().mul(16 / 255).float())
+    assert torch.equal(y[:nb], torch.nn.functional.one_hot(y_base, 10).float())
+    expected = torch.zeros(len(uploads), 10)
+    expected[:, 9], expected[:, 3] = 0.25, 0.75
+    assert torch.equal(labels[:, 1], torch.full((len(uploads),), 3))
+    torch.testing.assert_close(y[nb:], expected)
+    assert torch.equal(y_shared, y[nb:])
 
 
 def test_alpha_has_no_effect_at_p1_and_runs_are_deterministic():
