@@ -241,6 +241,10 @@ METHODS: dict[str, Target] = {
             "src/fedshare/strategies/_feature_heads.py": ("fit_head",),  # §7 A8, shared
         },
         "tests/test_fedpft.py::test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out"
+        " tests/test_fedpft.py::test_synthesis_draws_round_n_times_multiplier_at_least_one_from"
+        "_each_pairs_stream"
+        " tests/test_fedpft.py::test_local_mixtures_fit_each_class_and_report_drops_and_mean_em"
+        "_iterations"
         " tests/test_gmm.py"
         " tests/test_fedpft.py::test_engine_bytes_equal_the_formula"
         " tests/test_fedpft.py::test_shrink_policy_and_per_client_components"
@@ -274,6 +278,9 @@ METHODS: dict[str, Target] = {
         " ".join(
             f"tests/test_xormixfl.py::test_{name}"
             for name in (
+                "bytes_quantize_binarize_and_xor_written_out",
+                "soft_labels_add_each_positions_weight_to_its_class",
+                "a_label_with_fewer_than_p_samples_blends_what_it_has_and_repeats_its_first",
                 "blend_arithmetic",
                 "blend_by_label_draws_distinct_samples_of_the_right_label",
                 "background_passes_through_the_code_and_the_decoding",
@@ -282,7 +289,10 @@ METHODS: dict[str, Target] = {
                 "mixfl_uploads_midpoints_with_soft_labels_at_alpha_half",
                 "mixfl_mix_order_and_ratio",
                 "mixfl_equal_order_uploads_the_plain_mean",
+                "server_decodes_with_its_own_dummy_samples_and_trains_on_base_plus_decoded",
+                "mixfl_server_trains_on_the_uploads_with_one_hot_base_rows_and_mixup_labels",
                 "quotas_balance_the_server_and_split_evenly",
+                "a_device_asked_for_one_sample_uploads_it",
                 "protocol_shape_one_upload_per_device_no_model_traffic",
             )
         ),

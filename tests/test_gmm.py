@@ -10,8 +10,11 @@ from fedshare.errors import FedshareError
 from fedshare.functional.gmm import (
     COVARIANCE_TYPES,
     GaussianMixture,
+    _component_log_prob,
+    _m_step,
     component_params,
     fit_gmm,
+    kmeans_labels,
     pack_mixtures,
     point_mass,
     unpack_mixtures,
@@ -33,6 +36,37 @@ def test_em_matches_scikit_learn_likelihood(cov: str) -> None:
     assert info.converged
     assert ll == pytest.approx(sk.score(x), abs=0.02)
     assert float(ours.weights.sum()) == pytest.approx(1.0)
+
+
+def test_em_steps_from_the_kmeans_start_and_stops_on_tol_or_max_iter() -> None:
+    """§2.3: M-step on the k-means labels, then per iteration an E-step (whose mean
+    log-likelihood is reported) and an M-step; stop when it moves by less than `tol` (the
+    first iteration cannot: the previous value is −∞) or after `max_iter` iterations."""
+    x = torch.tensor(clustered(150, 3))
+
+    def gen() -> torch.Generator:
+        return torch.Generator().manual_seed(5)
+
+    g = _m_step(
+        x, torch.nn.functional.one_hot(kmeans_labels(x, 3, gen()), 3).double(), "diag", 1e-6
+    )
+    models, lls = [g], []
+    for _ in range(2):
+        weighted = models[-1].weights.log() + _component_log_prob(x, models[-1])
+        norm = torch.logsumexp(weighted, dim=1)
+        lls.append(float(norm.mean()))
+        models.append(_m_step(x, (weighted - norm[:, None]).exp(), "diag", 1e-6))
+    for max_iter, tol, n_iter, converged in (
+        (1, 0.0, 1, False),
+        (2, 0.0, 2, False),
+        (5, 1e9, 2, True),
+    ):
+        fitted, info = fit_gmm(x, 3, "diag", tol=tol, max_iter=max_iter, generator=gen())
+        assert (info.n_iter, info.converged) == (n_iter, converged)
+        assert info.mean_log_likelihood == lls[n_iter - 1]
+        expected = models[n_iter]
+        torch.testing.assert_close(fitted.means, expected.means, rtol=0, atol=1e-12)
+        torch.testing.assert_close(fitted.covariances, expected.covariances, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("cov", COVARIANCE_TYPES)
