@@ -118,6 +118,27 @@ def test_sampling_reproduces_the_moments(cov: str) -> None:
     torch.testing.assert_close(torch.cov(x.T), g.full_covariances()[0], atol=0.03, rtol=0)
 
 
+def test_a_singular_full_covariance_samples_finite_points_on_its_line() -> None:
+    """Eigenvalues of a rank-one Σ = vvᵀ come out of `eigh` as ±1e-17: they are clipped at 0
+    (reg_covar = 0 is allowed, and then fitted covariances can be singular)."""
+    v = torch.tensor([[0.1, 0.2, 0.3]], dtype=torch.float64)
+    assert float(torch.linalg.eigvalsh(v.T @ v).min()) < 0  # the rounding this guards against
+    mean = torch.tensor([[1.0, 0.0, -1.0]], dtype=torch.float64)
+    g = GaussianMixture(torch.ones(1, dtype=torch.float64), mean, (v.T @ v)[None], "full")
+    x = g.sample(500, torch.Generator().manual_seed(0))
+    assert torch.isfinite(x).all()
+    off_line = torch.linalg.cross(x - mean, v.expand(500, -1))
+    assert float(off_line.abs().max()) < 1e-7  # √(1e-17)-sized, against a spread of 0.4
+    assert float((x - mean).std()) > 0.05
+
+
+def test_a_single_sample_fits_one_component_at_it() -> None:
+    g, info = fit_gmm(torch.tensor([[2.0, -1.0]]), 1, "diag", reg_covar=0.5)
+    assert info.n_iter == 0
+    torch.testing.assert_close(g.means, torch.tensor([[2.0, -1.0]], dtype=torch.float64))
+    torch.testing.assert_close(g.covariances, torch.full((1, 2), 0.5, dtype=torch.float64))
+
+
 def test_mixture_counts_follow_the_weights() -> None:
     w = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
     means = torch.tensor([[-10.0], [0.0], [10.0]], dtype=torch.float64)
