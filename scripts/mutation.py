@@ -281,6 +281,8 @@ METHODS: dict[str, Target] = {
                 "bytes_quantize_binarize_and_xor_written_out",
                 "soft_labels_add_each_positions_weight_to_its_class",
                 "a_label_with_fewer_than_p_samples_blends_what_it_has_and_repeats_its_first",
+                "a_device_encodes_its_quota_with_dummies_it_holds",
+                "preblend_encodes_with_one_blend_of_the_m_dummies",
                 "blend_arithmetic",
                 "blend_by_label_draws_distinct_samples_of_the_right_label",
                 "background_passes_through_the_code_and_the_decoding",

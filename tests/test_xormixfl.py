@@ -182,6 +182,54 @@ def test_protocol_shape_one_upload_per_device_no_model_traffic():
     assert summary["bytes_down"] == 4 * (2 + 4 * 4 + 2 * 9) + 4 * model_bytes
 
 
+@pytest.mark.parametrize("num_classes", [256, 257])
+def test_a_device_encodes_its_quota_with_dummies_it_holds(num_classes):
+    """Algorithm 1 on one device: per target label with a quota, that many codes t ⊕ d of
+    blends of its own samples (a dummy label it does not hold is never drawn); labels
+    [target, dummy] as uint8 while every class id fits (≤ 256 classes), else int64."""
+    from types import SimpleNamespace
+
+    from fedshare.strategies.base import Message
+
+    gen = torch.Generator().manual_seed(6)
+    x, y = images(gen, 8, 1, 2, 2), torch.tensor([0, 1, 3, 1, 0, 1, 3, 0])
+    client = SimpleNamespace(
+        id=1,
+        raw=lambda: (x, y),
+        scale=1 / 255,
+        rng=lambda name: torch.Generator().manual_seed(7),
+        num_classes=num_classes,
+    )
+    message = Message(
+        payload={
+            "target_labels": torch.tensor([1, 2, 3], dtype=torch.int16),
+            "quota": torch.tensor([[5, 5, 5], [3, 4, 0]], dtype=torch.int32),
+            "dummy_labels": torch.tensor([0, 4], dtype=torch.int16),
+        }
+    )
+    update = make_strategy("xormixfl").client_update(client, message)
+    labels, positions = update.payload["labels"], update.audit["positions"]
+    assert labels.dtype == (torch.uint8 if num_classes == 256 else torch.int64)
+    assert labels.tolist() == [[1, 0]] * 3  # label 2 is not held, label 3's quota is 0
+    assert update.num_samples == 3 and torch.equal(y[positions], labels.long())
+    assert torch.equal(update.payload["samples"], x[positions[:, 0]] ^ x[positions[:, 1]])
+    assert torch.equal(update.audit["target_blends"], x[positions[:, 0]])
+
+
+def test_preblend_encodes_with_one_blend_of_the_m_dummies():
+    """A4 `preblend`: the M dummy blends are first blended into one key (Eq. 1), then XORed."""
+    gen = torch.Generator().manual_seed(8)
+    target, dummies = images(gen, 4, 1, 3, 3), images(gen, 4, 2, 1, 3, 3)
+    labels = torch.zeros(4, 3, dtype=torch.long)
+    for m, expected in ((2, target ^ blend(dummies, 0.25)), (1, target ^ dummies[:, 0])):
+        strategy = make_strategy(
+            "xormixfl", {"multi_dummy_mode": "preblend", "M": m, "alpha": 0.25}
+        )
+        assert torch.equal(strategy.encode(target, dummies[:, :m], labels), expected)
+    with pytest.raises(ValueError, match="at least 1"):
+        fold_weights(0.5, 0)
+
+
 def test_a_device_asked_for_one_sample_uploads_it():
     """quota 4 over three devices: 2, 1, 1 (A6); each uploads exactly its share."""
     strategy, summary = shared("xormixfl", quota=4)
