@@ -118,6 +118,11 @@ def test_a_label_with_fewer_than_p_samples_blends_what_it_has_and_repeats_its_fi
     assert sorted(pos[0, :2].tolist()) == [1, 4] and pos[0, 2] == pos[0, 0]
     assert torch.equal(out[0], blend(x[pos[0, :2]][None], 0.25)[0])
     assert set(pos[2].tolist()) <= {0, 2, 3, 5} and len(set(pos[2].tolist())) == 3
+    y[3] = 2  # label 2's only sample: its blend is the sample itself
+    out, pos = blend_by_label(x, y, torch.tensor([2]), 3, 0.25, gen)
+    assert pos.tolist() == [[3, 3, 3]] and torch.equal(out[0], x[3])
+    with pytest.raises(ValueError, match="no sample of label 7"):
+        blend_by_label(x, y, torch.tensor([0, 7]), 3, 0.25, gen)
 
 
 def test_blend_arithmetic():
