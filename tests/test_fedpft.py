@@ -263,6 +263,22 @@ def test_local_mixtures_fit_each_class_and_report_drops_and_mean_em_iterations()
     assert none == {"gmm_dropped_samples": 2.0, "em_iterations": 0.0}
 
 
+def test_dp_releases_one_gaussian_per_class_of_at_least_two_samples_without_em():
+    """§2.5: DP-FedPFT releases one Gaussian per (client, class) and drops pairs with n < 2;
+    it runs no EM (0 iterations reported)."""
+    from types import SimpleNamespace
+
+    feats = torch.nn.functional.normalize(
+        torch.randn(9, 3, generator=torch.Generator().manual_seed(0))
+    )
+    labels = torch.tensor([0, 1, 1, 2, 2, 2, 2, 2, 2])
+    client = SimpleNamespace(rng=lambda name: torch.Generator().manual_seed(0))
+    strategy = make_strategy("dp_fedpft", {"dp_check": False})
+    mixtures, stats = strategy.local_mixtures(feats, labels, 1, client, "gmm")
+    assert [(c, n, g.n_components) for c, n, g in mixtures] == [(1, 2, 1), (2, 6, 1)]
+    assert stats == {"gmm_dropped_samples": 1.0, "em_iterations": 0.0}
+
+
 def test_dp_fedpft_normalises_train_and_test_features(mixture_data):
     fed = federate(mixture_data, "iid", 2, 0)
     result = run("dp_fedpft", {"dp_epsilon": 1.0}, fed)

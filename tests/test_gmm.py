@@ -208,8 +208,9 @@ def test_point_mass_is_one_component_at_the_mean_with_variance_reg_covar(cov: st
 
 
 def test_server_sanitation_clamps_negative_weights_and_spreads_a_zero_total() -> None:
-    """§7 A5: the server renormalises the received weights after clamping them at 0, and
-    a mixture whose weights sum to 0 gets 1/K each; float32 weights come back exactly."""
+    """§7 A5: the server renormalises the received weights after clamping them at 0, a
+    mixture whose weights sum to 0 gets 1/K each, variances are floored at reg_covar; float32
+    weights come back exactly."""
     means = torch.tensor([[0.0], [1.0], [2.0]], dtype=torch.float64)
     g = GaussianMixture(
         torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64), means, torch.ones(3, 1), "diag"
@@ -221,8 +222,10 @@ def test_server_sanitation_clamps_negative_weights_and_spreads_a_zero_total() ->
     ((_, _, back),) = unpack_mixtures(payload, "diag")
     assert back.weights.tolist() == [0.0, 0.25, 0.75]
     payload["gmm_weights"] = torch.zeros(3)
-    ((_, _, back),) = unpack_mixtures(payload, "diag")
+    payload["gmm_covs"] = torch.tensor([[0.0], [-1.0], [2.0]])
+    ((_, _, back),) = unpack_mixtures(payload, "diag")  # default reg_covar: 1e-6
     assert back.weights.tolist() == [1 / 3] * 3
+    assert back.covariances.tolist() == [[1e-6], [1e-6], [2.0]]
 
 
 def test_component_parameter_counts() -> None:
