@@ -238,7 +238,8 @@ def test_synthesis_draws_round_n_times_multiplier_at_least_one_from_each_pairs_s
 
 def test_local_mixtures_fit_each_class_and_report_drops_and_mean_em_iterations():
     """Under `drop`, classes with n ≤ K are left out and counted; `em_iterations` is the mean
-    EM iterations over the fitted classes (0 when none is fitted)."""
+    EM iterations over the fitted classes (0 when none is fitted; 0 for a `shrink` point
+    mass)."""
     from types import SimpleNamespace
 
     from fedshare.functional.gmm import fit_gmm
@@ -261,6 +262,10 @@ def test_local_mixtures_fit_each_class_and_report_drops_and_mean_em_iterations()
     assert one["em_iterations"] == iters[0] >= 2
     _, none = strategy.local_mixtures(feats[12:14], labels[12:14], 2, client, "gmm")
     assert none == {"gmm_dropped_samples": 2.0, "em_iterations": 0.0}
+    shrink = make_strategy("fedpft", {"n_components": 2, "small_class_policy": "shrink"})
+    pairs, stats = shrink.local_mixtures(feats[:13], labels[:13], 2, client, "gmm")
+    assert [(c, n) for c, n, _ in pairs] == [(0, 12), (1, 1)]  # n = 1: a point mass, no EM
+    assert stats == {"gmm_dropped_samples": 0.0, "em_iterations": iters[0] / 2}
 
 
 def test_dp_releases_one_gaussian_per_class_of_at_least_two_samples_without_em():
