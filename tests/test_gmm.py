@@ -221,6 +221,11 @@ def test_server_sanitation_clamps_negative_weights_and_spreads_a_zero_total() ->
     payload["gmm_weights"] = torch.tensor([-0.5, 1.0, 3.0])
     ((_, _, back),) = unpack_mixtures(payload, "diag")
     assert back.weights.tolist() == [0.0, 0.25, 0.75]
+    payload["gmm_weights"] = torch.tensor([0.25, 0.25, 1.5]) / 5  # a total below 1
+    ((_, _, back),) = unpack_mixtures(payload, "diag")
+    torch.testing.assert_close(
+        back.weights, torch.tensor([1 / 8, 1 / 8, 3 / 4], dtype=torch.float64)
+    )
     payload["gmm_weights"] = torch.zeros(3)
     payload["gmm_covs"] = torch.tensor([[0.0], [-1.0], [2.0]])
     ((_, _, back),) = unpack_mixtures(payload, "diag")  # default reg_covar: 1e-6
