@@ -278,10 +278,11 @@ def test_dp_releases_one_gaussian_per_class_of_at_least_two_samples_without_em()
     )
     labels = torch.tensor([0, 1, 1, 2, 2, 2, 2, 2, 2])
     client = SimpleNamespace(rng=lambda name: torch.Generator().manual_seed(0))
-    strategy = make_strategy("dp_fedpft", {"dp_check": False})
-    mixtures, stats = strategy.local_mixtures(feats, labels, 1, client, "gmm")
-    assert [(c, n, g.n_components) for c, n, g in mixtures] == [(1, 2, 1), (2, 6, 1)]
-    assert stats == {"gmm_dropped_samples": 1.0, "em_iterations": 0.0}
+    for policy in ("drop", "shrink"):  # shrink keeps n = 1 without DP, not with it
+        strategy = make_strategy("dp_fedpft", {"dp_check": False, "small_class_policy": policy})
+        mixtures, stats = strategy.local_mixtures(feats, labels, 1, client, "gmm")
+        assert [(c, n, g.n_components) for c, n, g in mixtures] == [(1, 2, 1), (2, 6, 1)]
+        assert stats == {"gmm_dropped_samples": 1.0, "em_iterations": 0.0}
 
 
 def test_dp_fedpft_normalises_train_and_test_features(mixture_data):
