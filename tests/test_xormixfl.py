@@ -219,6 +219,9 @@ def test_a_device_encodes_its_quota_with_dummies_it_holds(num_classes):
     assert update.num_samples == 3 and torch.equal(y[positions], labels.long())
     assert torch.equal(update.payload["samples"], x[positions[:, 0]] ^ x[positions[:, 1]])
     assert torch.equal(update.audit["target_blends"], x[positions[:, 0]])
+    message.payload["quota"][1] = 0  # asked for nothing: no upload, no sample counted
+    nothing = make_strategy("xormixfl").client_update(client, message)
+    assert (nothing.num_samples, nothing.payload) == (0, {})
 
 
 def test_preblend_encodes_with_one_blend_of_the_m_dummies():
