@@ -293,6 +293,7 @@ METHODS: dict[str, Target] = {
                 "mixfl_uploads_midpoints_with_soft_labels_at_alpha_half",
                 "mixfl_mix_order_and_ratio",
                 "mixfl_equal_order_uploads_the_plain_mean",
+                "mixfl_hard_labels_train_on_the_target_label",
                 "server_decodes_with_its_own_dummy_samples_and_trains_on_base_plus_decoded",
                 "mixfl_server_trains_on_the_uploads_with_one_hot_base_rows_and_mixup_labels",
                 "quotas_balance_the_server_and_split_evenly",

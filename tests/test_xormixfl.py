@@ -234,6 +234,7 @@ def test_preblend_encodes_with_one_blend_of_the_m_dummies():
             "xormixfl", {"multi_dummy_mode": "preblend", "M": m, "alpha": 0.25}
         )
         assert torch.equal(strategy.encode(target, dummies[:, :m], labels), expected)
+        assert torch.equal(strategy.encode(target[:1], dummies[:1, :m], labels[:1]), expected[:1])
     with pytest.raises(ValueError, match="at least 1"):
         fold_weights(0.5, 0)
 
@@ -386,6 +387,14 @@ def test_mixfl_mix_order_and_ratio(m):
     )
     assert float(weights["old"][0]) == pytest.approx(0.25**m)
     assert float(weights["ratio"][0]) == pytest.approx(0.5**m)
+
+
+def test_mixfl_hard_labels_train_on_the_target_label():
+    uploads = torch.zeros(2, 1, 2, 2, dtype=torch.uint8)
+    labels = torch.tensor([[9, 3, 4], [7, 4, 3]])
+    strategy = make_strategy("mixfl", {"label": "hard", "M": 2})
+    samples, y, keys = strategy.augment(uploads, labels, 0)
+    assert samples is uploads and keys is None and y.tolist() == [9, 7]
 
 
 def test_mixfl_equal_order_uploads_the_plain_mean():
