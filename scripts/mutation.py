@@ -238,11 +238,19 @@ METHODS: dict[str, Target] = {
                 "FedPFT.synthesize",
                 "FedPFT.aggregate",
             ),
+            "src/fedshare/strategies/_feature_heads.py": ("fit_head",),  # §7 A8, shared
         },
-        "tests/test_gmm.py"
-        " tests/test_fedpft.py::test_fedpft_is_deterministic_and_seed_dependent"
+        "tests/test_fedpft.py::test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out"
+        " tests/test_fedpft.py::test_synthesis_draws_round_n_times_multiplier_at_least_one_from"
+        "_each_pairs_stream"
+        " tests/test_fedpft.py::test_local_mixtures_fit_each_class_and_report_drops_and_mean_em"
+        "_iterations"
+        " tests/test_fedpft.py::test_dp_releases_one_gaussian_per_class_of_at_least_two_samples"
+        "_without_em"
+        " tests/test_gmm.py"
+        " tests/test_fedpft.py::test_engine_bytes_equal_the_formula"
         " tests/test_fedpft.py::test_shrink_policy_and_per_client_components"
-        " tests/test_fedpft.py::test_engine_bytes_equal_the_formula",
+        " tests/test_fedpft.py::test_fedpft_is_deterministic_and_seed_dependent",
     ),
     "xormixfl": Target(  # xormixfl.md §3: blends (Eq. 1), XOR encode / decode (Eqs. 2-3)
         {
@@ -272,6 +280,11 @@ METHODS: dict[str, Target] = {
         " ".join(
             f"tests/test_xormixfl.py::test_{name}"
             for name in (
+                "bytes_quantize_binarize_and_xor_written_out",
+                "soft_labels_add_each_positions_weight_to_its_class",
+                "a_label_with_fewer_than_p_samples_blends_what_it_has_and_repeats_its_first",
+                "a_device_encodes_its_quota_with_dummies_it_holds",
+                "preblend_encodes_with_one_blend_of_the_m_dummies",
                 "blend_arithmetic",
                 "blend_by_label_draws_distinct_samples_of_the_right_label",
                 "background_passes_through_the_code_and_the_decoding",
@@ -280,8 +293,38 @@ METHODS: dict[str, Target] = {
                 "mixfl_uploads_midpoints_with_soft_labels_at_alpha_half",
                 "mixfl_mix_order_and_ratio",
                 "mixfl_equal_order_uploads_the_plain_mean",
+                "mixfl_hard_labels_train_on_the_target_label",
+                "server_decodes_with_its_own_dummy_samples_and_trains_on_base_plus_decoded",
+                "mixfl_server_trains_on_the_uploads_with_one_hot_base_rows_and_mixup_labels",
                 "quotas_balance_the_server_and_split_evenly",
+                "a_device_asked_for_one_sample_uploads_it",
                 "protocol_shape_one_upload_per_device_no_model_traffic",
+            )
+        ),
+    ),
+    "fedavg": Target(  # FedAvg's weighted mean: the engine's accumulator and the server step
+        {
+            "src/fedshare/engine/aggregation.py": (
+                "RunningMean.__init__",
+                "RunningMean.add",
+                "RunningMean.empty",
+                "RunningMean.value",
+            ),
+            "src/fedshare/engine/messages.py": ("Update.aggregation_weight",),
+            "src/fedshare/strategies/base.py": (
+                "Strategy.aggregate",
+                "Strategy.load_mean",
+                "Strategy.average_weights",
+                "Strategy.running_mean",
+            ),
+        },
+        " ".join(
+            f"tests/test_engine.py::test_{name}"
+            for name in (
+                "running_mean_is_the_weighted_mean_in_the_accumulators_dtype",
+                "running_mean_refuses_negative_weights_and_an_empty_mean",
+                "average_weights_uses_each_updates_weight_or_count_and_collects_the_rest",
+                "fedavg_aggregate_is_the_sample_weighted_mean",
             )
         ),
     ),
@@ -493,8 +536,7 @@ METHODS: dict[str, Target] = {
         ),
     ),
 }
-"""docs/mutation.md says which entries have been run (FedPFT and XorMixFL not yet) and which
-methods have no entry."""
+"""docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 
 
 def function_lines(path: Path, names: tuple[str, ...]) -> list[tuple[int, int]]:

@@ -6,6 +6,7 @@ import torch
 
 from fedshare import simulate
 from fedshare.config import TrainConfig
+from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.optim import learning_rate
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
 from fedshare.errors import FedshareError, NonFiniteLossError
@@ -30,6 +31,56 @@ def test_fedavg_aggregate_is_the_sample_weighted_mean():
     strategy.aggregate(iter(updates), 0)
     expected = (10 * vectors[0] + 30 * vectors[1] + 60 * vectors[2]) / 100
     torch.testing.assert_close(strategy.flat.flatten(strategy.model), expected)
+
+
+def test_running_mean_is_the_weighted_mean_in_the_accumulators_dtype():
+    """Σ w_i v_i / Σ w_i with unequal weights (a weight 0 counts nothing); float64 vectors are
+    summed in float64 (exact below float32's precision), others in float32."""
+    vectors = torch.tensor([[1.0, -2.0], [4.0, 0.5], [-3.0, 7.0]], dtype=torch.float64) + 1e-12
+    mean = RunningMean()
+    assert mean.empty and mean.total_weight == 0.0
+    for v, w in zip(vectors, (0.5, 3.0, 0.0), strict=True):
+        mean.add(v, w)
+    assert not mean.empty and mean.total_weight == 3.5
+    expected = (0.5 * vectors[0] + 3.0 * vectors[1]) / 3.5
+    assert mean.value().dtype == torch.float64
+    torch.testing.assert_close(mean.value(), expected, rtol=0, atol=1e-15)
+    half = RunningMean()
+    half.add(torch.tensor([2.0, -4.0], dtype=torch.float16), 3.0)
+    half.add(torch.tensor([6.0, 8.0], dtype=torch.float16), 1.0)
+    assert half.value().dtype == torch.float32
+    assert half.value().tolist() == [3.0, -1.0]
+
+
+def test_running_mean_refuses_negative_weights_and_an_empty_mean():
+    mean = RunningMean()
+    with pytest.raises(ValueError, match="no updates"):
+        mean.value()
+    mean.add(torch.ones(2), 0.0)  # a zero weight is allowed, but leaves nothing to average
+    assert mean.empty
+    with pytest.raises(ValueError, match="no updates"):
+        mean.value()
+    with pytest.raises(ValueError, match="non-negative"):
+        mean.add(torch.ones(2), -0.5)
+    mean.add(torch.full((2,), 3.0), 0.25)
+    assert not mean.empty and mean.value().tolist() == [3.0, 3.0]
+
+
+def test_average_weights_uses_each_updates_weight_or_count_and_collects_the_rest():
+    """Update.weight overrides the sample count; an update without weights is collected but
+    not averaged; the collected updates lose their weights (the memory is freed)."""
+    vectors = [torch.tensor([1.0, 2.0]), torch.tensor([-2.0, 4.0]), torch.tensor([9.0, 9.0])]
+    updates = [
+        Update(0, 10, weights=vectors[0].clone()),
+        Update(1, 10, weights=vectors[1].clone(), weight=30.0),
+        Update(2, 5, payload={"p": torch.ones(1)}),
+    ]
+    assert [u.aggregation_weight for u in updates] == [10.0, 30.0, 5.0]
+    collected: list[Update] = []
+    mean = FedAvg().average_weights(iter(updates), collected)
+    torch.testing.assert_close(mean, (10 * vectors[0] + 30 * vectors[1]) / 40)
+    assert [u.client_id for u in collected] == [0, 1, 2]
+    assert all(u.weights is None for u in collected)
 
 
 def test_fedprox_with_mu_zero_equals_fedavg_exactly():

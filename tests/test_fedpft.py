@@ -11,12 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from fedshare import simulate
+from fedshare.config import TrainConfig
 from fedshare.data import federate, load_dataset
 from fedshare.errors import FedshareError
 from fedshare.functional.gmm import component_params
 from fedshare.strategies import make_strategy
+from fedshare.strategies._feature_heads import IterateAverage, fit_head, fresh_head
 from fedshare.strategies.fedpft import gmm_bytes, gmm_params, head_bytes, raw_feature_bytes
 from helpers import without_wall_time
 
@@ -98,6 +101,7 @@ def test_engine_bytes_equal_the_formula(mixture_data, cov):
     assert summary["bytes_down"] == fed.num_clients * (d + 1) * mixture_data.num_classes * 4
     assert summary["gmm_param_bytes"] == sum(gmm_bytes(d, k, len(p), cov) for p in sent)
     assert summary["gmm_pairs"] == sum(len(p) for p in sent)
+    assert summary["gmm_meta_bytes"] == 8 * summary["gmm_pairs"]
     assert summary["synthetic_samples"] == sum(n for p in sent for _, n in p)
 
 
@@ -147,6 +151,138 @@ def test_fedpft_is_deterministic_and_seed_dependent(mixture_data):
     wa, wb, wc = (r.strategy.head.weight for r in (a, b, c))
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
     assert a.final_accuracy == b.final_accuracy
+
+
+@pytest.mark.parametrize(
+    ("labelled", "temperature", "epochs", "swa"),
+    [
+        (False, 2.0, 2, False),
+        (True, None, None, False),
+        (True, 2.0, None, False),
+        (True, 1.0, 3, False),
+        (True, 0.5, None, True),
+    ],
+)
+def test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out(labelled, temperature, epochs, swa):
+    """§7 A8 / A15: full-batch plain SGD on CE(h(x), y) + T²·KL(softmax(t/T) ‖ softmax(h/T))
+    (the KD term with a teacher; T defaults to 1; KD alone without labels) for `epochs` passes
+    (default `train.local_epochs`), the returned loss the steps' mean; with SWA the head ends as
+    the mean of the iterates after steps 2, 3, …"""
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(12, 3, generator=gen), torch.randint(0, 4, (12,), generator=gen)
+    teacher = None if temperature is None else fresh_head(3, 4, gen, "cpu")
+    train = TrainConfig(optimizer="sgd", lr=0.5, batch_size=12, local_epochs=4)
+    head = fresh_head(3, 4, torch.Generator().manual_seed(1), "cpu")
+    w, b = (p.detach().clone().requires_grad_() for p in (head.weight, head.bias))
+    kwargs = {} if temperature in (None, 1.0) else {"temperature": temperature}
+    average = IterateAverage(start=2, every=1) if swa else None
+    loss = fit_head(
+        head,
+        x,
+        y if labelled else None,
+        train,
+        0.5,
+        torch.Generator().manual_seed(2),
+        epochs,
+        teacher,
+        average=average,
+        **kwargs,
+    )
+    losses, iterates = [], []
+    for _ in range(4 if epochs is None else epochs):
+        logits = x @ w.T + b
+        step = F.cross_entropy(logits, y) if labelled else torch.zeros(())
+        if teacher is not None:
+            t = temperature or 1.0
+            p_t = torch.softmax(teacher(x).detach() / t, dim=1)
+            log_s = torch.log_softmax(logits / t, dim=1)
+            step = step + t * t * (p_t * (p_t.log() - log_s)).sum(1).mean()
+        gw, gb = torch.autograd.grad(step, (w, b))
+        with torch.no_grad():
+            w -= 0.5 * gw
+            b -= 0.5 * gb
+        losses.append(float(step.detach()))
+        iterates.append((w.detach().clone(), b.detach().clone()))
+    if swa:
+        w, b = (torch.stack(v[1:]).mean(0) for v in zip(*iterates, strict=True))
+    torch.testing.assert_close(head.weight.detach(), w.detach(), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(head.bias.detach(), b.detach(), atol=1e-6, rtol=1e-5)
+    assert float(loss) == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+    with pytest.raises(ValueError, match="labels, a teacher"):
+        fit_head(head, x, None, train, 0.5, gen)
+
+
+def test_synthesis_draws_round_n_times_multiplier_at_least_one_from_each_pairs_stream():
+    """§7 A1: max(1, round(n·multiplier)) samples per (label, n, mixture), labelled with its
+    class; §7 A9: each (client, class) from its own stream."""
+    from fedshare.engine.rng import torch_generator
+    from fedshare.functional.gmm import GaussianMixture
+
+    def gaussian(mean: float) -> GaussianMixture:
+        ones = torch.ones(1, 2, dtype=torch.float64)
+        return GaussianMixture(ones[0, :1], mean * ones, ones, "diag")
+
+    mixtures = [(3, 10, gaussian(0.0)), (7, 1, gaussian(5.0))]
+    strategy = make_strategy("fedpft", {"synthetic_multiplier": 0.3})
+    xs, ys = strategy.synthesize(mixtures, 11, 2, "p", torch.device("cpu"))
+    assert [len(x) for x in xs] == [3, 1]  # round(3.0), max(1, round(0.3))
+    assert [y.tolist() for y in ys] == [[3, 3, 3], [7]]
+    for (label, _, g), x, m in zip(mixtures, xs, (3, 1), strict=True):
+        torch.testing.assert_close(x, g.sample(m, torch_generator(11, "p", 2, label)).float())
+    big = make_strategy("fedpft", {"synthetic_multiplier": 2.5})
+    assert [len(x) for x in big.synthesize(mixtures, 11, 2, "p", torch.device("cpu"))[0]] == [
+        25,
+        2,  # round(2.5) = 2
+    ]
+
+
+def test_local_mixtures_fit_each_class_and_report_drops_and_mean_em_iterations():
+    """Under `drop`, classes with n ≤ K are left out and counted; `em_iterations` is the mean
+    EM iterations over the fitted classes (0 when none is fitted; 0 for a `shrink` point
+    mass)."""
+    from types import SimpleNamespace
+
+    from fedshare.functional.gmm import fit_gmm
+
+    gen = torch.Generator().manual_seed(0)
+    feats = torch.randn(23, 2, generator=gen)
+    labels = torch.tensor([0] * 12 + [1] * 2 + [2] * 9)
+    client = SimpleNamespace(rng=lambda name: torch.Generator().manual_seed(len(name)))
+    strategy = make_strategy("fedpft", {"n_components": 2})
+    mixtures, stats = strategy.local_mixtures(feats, labels, 2, client, "gmm")
+    assert [(c, n) for c, n, _ in mixtures] == [(0, 12), (2, 9)]
+    iters = [
+        fit_gmm(feats[labels == c], 2, generator=torch.Generator().manual_seed(len(f"gmm/{c}")))[
+            1
+        ].n_iter
+        for c in (0, 2)
+    ]
+    assert stats == {"gmm_dropped_samples": 2.0, "em_iterations": sum(iters) / 2}
+    _, one = strategy.local_mixtures(feats[:12], labels[:12], 2, client, "gmm")
+    assert one["em_iterations"] == iters[0] >= 2
+    _, none = strategy.local_mixtures(feats[12:14], labels[12:14], 2, client, "gmm")
+    assert none == {"gmm_dropped_samples": 2.0, "em_iterations": 0.0}
+    shrink = make_strategy("fedpft", {"n_components": 2, "small_class_policy": "shrink"})
+    pairs, stats = shrink.local_mixtures(feats[:13], labels[:13], 2, client, "gmm")
+    assert [(c, n) for c, n, _ in pairs] == [(0, 12), (1, 1)]  # n = 1: a point mass, no EM
+    assert stats == {"gmm_dropped_samples": 0.0, "em_iterations": iters[0] / 2}
+
+
+def test_dp_releases_one_gaussian_per_class_of_at_least_two_samples_without_em():
+    """§2.5: DP-FedPFT releases one Gaussian per (client, class) and drops pairs with n < 2;
+    it runs no EM (0 iterations reported)."""
+    from types import SimpleNamespace
+
+    feats = torch.nn.functional.normalize(
+        torch.randn(9, 3, generator=torch.Generator().manual_seed(0))
+    )
+    labels = torch.tensor([0, 1, 1, 2, 2, 2, 2, 2, 2])
+    client = SimpleNamespace(rng=lambda name: torch.Generator().manual_seed(0))
+    for policy in ("drop", "shrink"):  # shrink keeps n = 1 without DP, not with it
+        strategy = make_strategy("dp_fedpft", {"dp_check": False, "small_class_policy": policy})
+        mixtures, stats = strategy.local_mixtures(feats, labels, 1, client, "gmm")
+        assert [(c, n, g.n_components) for c, n, g in mixtures] == [(1, 2, 1), (2, 6, 1)]
+        assert stats == {"gmm_dropped_samples": 1.0, "em_iterations": 0.0}
 
 
 def test_dp_fedpft_normalises_train_and_test_features(mixture_data):

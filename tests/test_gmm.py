@@ -10,8 +10,11 @@ from fedshare.errors import FedshareError
 from fedshare.functional.gmm import (
     COVARIANCE_TYPES,
     GaussianMixture,
+    _component_log_prob,
+    _m_step,
     component_params,
     fit_gmm,
+    kmeans_labels,
     pack_mixtures,
     point_mass,
     unpack_mixtures,
@@ -33,6 +36,37 @@ def test_em_matches_scikit_learn_likelihood(cov: str) -> None:
     assert info.converged
     assert ll == pytest.approx(sk.score(x), abs=0.02)
     assert float(ours.weights.sum()) == pytest.approx(1.0)
+
+
+def test_em_steps_from_the_kmeans_start_and_stops_on_tol_or_max_iter() -> None:
+    """§2.3: M-step on the k-means labels, then per iteration an E-step (whose mean
+    log-likelihood is reported) and an M-step; stop when it moves by less than `tol` (the
+    first iteration cannot: the previous value is −∞) or after `max_iter` iterations."""
+    x = torch.tensor(clustered(150, 3))
+
+    def gen() -> torch.Generator:
+        return torch.Generator().manual_seed(5)
+
+    g = _m_step(
+        x, torch.nn.functional.one_hot(kmeans_labels(x, 3, gen()), 3).double(), "diag", 1e-6
+    )
+    models, lls = [g], []
+    for _ in range(2):
+        weighted = models[-1].weights.log() + _component_log_prob(x, models[-1])
+        norm = torch.logsumexp(weighted, dim=1)
+        lls.append(float(norm.mean()))
+        models.append(_m_step(x, (weighted - norm[:, None]).exp(), "diag", 1e-6))
+    for max_iter, tol, n_iter, converged in (
+        (1, 0.0, 1, False),
+        (2, 0.0, 2, False),
+        (5, 1e9, 2, True),
+    ):
+        fitted, info = fit_gmm(x, 3, "diag", tol=tol, max_iter=max_iter, generator=gen())
+        assert (info.n_iter, info.converged) == (n_iter, converged)
+        assert info.mean_log_likelihood == lls[n_iter - 1]
+        expected = models[n_iter]
+        torch.testing.assert_close(fitted.means, expected.means, rtol=0, atol=1e-12)
+        torch.testing.assert_close(fitted.covariances, expected.covariances, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("cov", COVARIANCE_TYPES)
@@ -82,6 +116,27 @@ def test_sampling_reproduces_the_moments(cov: str) -> None:
     assert x.shape == (200_000, d)
     torch.testing.assert_close(x.mean(0), g.means[0], atol=0.02, rtol=0)
     torch.testing.assert_close(torch.cov(x.T), g.full_covariances()[0], atol=0.03, rtol=0)
+
+
+def test_a_singular_full_covariance_samples_finite_points_on_its_line() -> None:
+    """Eigenvalues of a rank-one Σ = vvᵀ come out of `eigh` as ±1e-17: they are clipped at 0
+    (reg_covar = 0 is allowed, and then fitted covariances can be singular)."""
+    v = torch.tensor([[0.1, 0.2, 0.3]], dtype=torch.float64)
+    assert float(torch.linalg.eigvalsh(v.T @ v).min()) < 0  # the rounding this guards against
+    mean = torch.tensor([[1.0, 0.0, -1.0]], dtype=torch.float64)
+    g = GaussianMixture(torch.ones(1, dtype=torch.float64), mean, (v.T @ v)[None], "full")
+    x = g.sample(500, torch.Generator().manual_seed(0))
+    assert torch.isfinite(x).all()
+    off_line = torch.linalg.cross(x - mean, v.expand(500, -1))
+    assert float(off_line.abs().max()) < 1e-7  # √(1e-17)-sized, against a spread of 0.4
+    assert float((x - mean).std()) > 0.05
+
+
+def test_a_single_sample_fits_one_component_at_it() -> None:
+    g, info = fit_gmm(torch.tensor([[2.0, -1.0]]), 1, "diag", reg_covar=0.5)
+    assert info.n_iter == 0
+    torch.testing.assert_close(g.means, torch.tensor([[2.0, -1.0]], dtype=torch.float64))
+    torch.testing.assert_close(g.covariances, torch.full((1, 2), 0.5, dtype=torch.float64))
 
 
 def test_mixture_counts_follow_the_weights() -> None:
@@ -138,6 +193,44 @@ def test_point_mass_for_a_single_sample() -> None:
     assert g.n_components == 1 and torch.equal(
         g.covariances, torch.full((1, 3), 1e-6, dtype=torch.float64)
     )
+
+
+@pytest.mark.parametrize("cov", COVARIANCE_TYPES)
+def test_point_mass_is_one_component_at_the_mean_with_variance_reg_covar(cov: str) -> None:
+    """§7 A3 shrink for n = 1: weight 1, mean the sample, variance reg_covar in every family."""
+    x = torch.tensor([[0.5, -2.0]])
+    g = point_mass(x, cov, 0.25)
+    assert g.weights.tolist() == [1.0]
+    assert torch.equal(g.means, x.double())
+    torch.testing.assert_close(g.full_covariances(), 0.25 * torch.eye(2, dtype=torch.float64)[None])
+    assert g.sample(1, torch.Generator().manual_seed(0)).shape == (1, 2)
+    assert g.sample(0).shape == (0, 2)
+
+
+def test_server_sanitation_clamps_negative_weights_and_spreads_a_zero_total() -> None:
+    """§7 A5: the server renormalises the received weights after clamping them at 0, a
+    mixture whose weights sum to 0 gets 1/K each, variances are floored at reg_covar; float32
+    weights come back exactly."""
+    means = torch.tensor([[0.0], [1.0], [2.0]], dtype=torch.float64)
+    g = GaussianMixture(
+        torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64), means, torch.ones(3, 1), "diag"
+    )
+    payload = pack_mixtures([(4, 9, g)], "diag", "float32")
+    ((_, _, back),) = unpack_mixtures(payload, "diag")
+    torch.testing.assert_close(back.weights, g.weights.float().double())
+    payload["gmm_weights"] = torch.tensor([-0.5, 1.0, 3.0])
+    ((_, _, back),) = unpack_mixtures(payload, "diag")
+    assert back.weights.tolist() == [0.0, 0.25, 0.75]
+    payload["gmm_weights"] = torch.tensor([0.25, 0.25, 1.5]) / 5  # a total below 1
+    ((_, _, back),) = unpack_mixtures(payload, "diag")
+    torch.testing.assert_close(
+        back.weights, torch.tensor([1 / 8, 1 / 8, 3 / 4], dtype=torch.float64)
+    )
+    payload["gmm_weights"] = torch.zeros(3)
+    payload["gmm_covs"] = torch.tensor([[0.0], [-1.0], [2.0]])
+    ((_, _, back),) = unpack_mixtures(payload, "diag")  # default reg_covar: 1e-6
+    assert back.weights.tolist() == [1 / 3] * 3
+    assert back.covariances.tolist() == [[1e-6], [1e-6], [2.0]]
 
 
 def test_component_parameter_counts() -> None:

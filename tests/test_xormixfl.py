@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 import fedshare
 from fedshare.errors import FedshareError
 from fedshare.functional.mixup import ORDERS, fold_weights, soft_labels
-from fedshare.functional.xor_mixup import blend, blend_by_label, quantize, xor_code
+from fedshare.functional.xor_mixup import (
+    binarize,
+    blend,
+    blend_by_label,
+    from_bytes,
+    quantize,
+    to_bytes,
+    xor_code,
+    xor_reduce,
+)
 from fedshare.privacy.mds import classical_mds, distance_stats, min_contributor_distance
 from fedshare.strategies import make_strategy
 from helpers import digits_federation, results_only
@@ -64,6 +73,56 @@ def test_background_passes_through_the_code_and_the_decoding():
     equal = device_key[:, 0] == server_key[:, 0]
     assert torch.equal(decoded[equal], target[equal])
     assert not torch.equal(decoded, target)
+
+
+def test_bytes_quantize_binarize_and_xor_written_out():
+    """A1: round half up and clip to 0…255; bytes ↔ stored values on the dataset's scale;
+    the {0, 255} option thresholds at 128; XOR keys one after another (Eqs. 2–3)."""
+    got = quantize(torch.tensor([-3.0, 0.49, 0.5, 127.5, 254.6, 300.0], dtype=torch.float64))
+    assert got.tolist() == [0, 0, 1, 128, 255, 255]
+    assert binarize(torch.tensor([0, 127, 128, 255], dtype=torch.uint8)).tolist() == [
+        0,
+        0,
+        255,
+        255,
+    ]
+    digits = torch.tensor([0.0, 3.0, 7.5, 16.0])  # digits: stored 0…16, scale 1/16
+    b = to_bytes(digits, 1 / 16)
+    assert b.tolist() == [0, 48, 120, 255]  # round(x · 255 / 16)
+    back = from_bytes(b, 1 / 16, torch.float32)
+    assert back.dtype == torch.float32
+    torch.testing.assert_close(back, b.double().mul(16 / 255).float())
+    raw = torch.tensor([3, 200], dtype=torch.uint8)
+    assert to_bytes(raw, 1 / 255) is raw and from_bytes(raw, 1 / 255, torch.uint8) is raw
+    gen = torch.Generator().manual_seed(4)
+    x, keys = images(gen, 2, 3, 3), images(gen, 2, 3, 3, 3)
+    by_hand = keys[:, 0] ^ keys[:, 1] ^ keys[:, 2]
+    assert torch.equal(xor_reduce(keys), by_hand)
+    assert torch.equal(xor_reduce(keys.transpose(0, 1), dim=0), by_hand)
+    assert torch.equal(xor_code(x, keys), x ^ by_hand)
+
+
+def test_soft_labels_add_each_positions_weight_to_its_class():
+    labels = torch.tensor([[2, 0], [1, 1]])
+    got = soft_labels(labels, torch.tensor([0.75, 0.25], dtype=torch.float64), 3)
+    assert got.tolist() == [[0.25, 0.0, 0.75], [0.0, 1.0, 0.0]]
+
+
+def test_a_label_with_fewer_than_p_samples_blends_what_it_has_and_repeats_its_first():
+    """ "Up to p" (§3.2): a label with 2 samples and p = 3 blends both (k = 2) and records the
+    first position again."""
+    gen = torch.Generator().manual_seed(5)
+    x = images(gen, 6, 1, 2, 2)
+    y = torch.tensor([0, 1, 0, 0, 1, 0])
+    out, pos = blend_by_label(x, y, torch.tensor([1, 1, 0]), 3, 0.25, gen)
+    assert sorted(pos[0, :2].tolist()) == [1, 4] and pos[0, 2] == pos[0, 0]
+    assert torch.equal(out[0], blend(x[pos[0, :2]][None], 0.25)[0])
+    assert set(pos[2].tolist()) <= {0, 2, 3, 5} and len(set(pos[2].tolist())) == 3
+    y[3] = 2  # label 2's only sample: its blend is the sample itself
+    out, pos = blend_by_label(x, y, torch.tensor([2]), 3, 0.25, gen)
+    assert pos.tolist() == [[3, 3, 3]] and torch.equal(out[0], x[3])
+    with pytest.raises(ValueError, match="no sample of label 7"):
+        blend_by_label(x, y, torch.tensor([0, 7]), 3, 0.25, gen)
 
 
 def test_blend_arithmetic():
@@ -126,6 +185,124 @@ def test_protocol_shape_one_upload_per_device_no_model_traffic():
     model_bytes = sum(p.numel() * 4 for p in strategy.global_model().parameters())
     # target, quota table, dummy ids; then every participant downloads the trained model once
     assert summary["bytes_down"] == 4 * (2 + 4 * 4 + 2 * 9) + 4 * model_bytes
+
+
+@pytest.mark.parametrize("num_classes", [256, 257])
+def test_a_device_encodes_its_quota_with_dummies_it_holds(num_classes):
+    """Algorithm 1 on one device: per target label with a quota, that many codes t ⊕ d of
+    blends of its own samples (a dummy label it does not hold is never drawn); labels
+    [target, dummy] as uint8 while every class id fits (≤ 256 classes), else int64."""
+    from types import SimpleNamespace
+
+    from fedshare.strategies.base import Message
+
+    gen = torch.Generator().manual_seed(6)
+    x, y = images(gen, 8, 1, 2, 2), torch.tensor([0, 1, 3, 1, 0, 1, 3, 0])
+    client = SimpleNamespace(
+        id=1,
+        raw=lambda: (x, y),
+        scale=1 / 255,
+        rng=lambda name: torch.Generator().manual_seed(7),
+        num_classes=num_classes,
+    )
+    message = Message(
+        payload={
+            "target_labels": torch.tensor([1, 2, 3], dtype=torch.int16),
+            "quota": torch.tensor([[5, 5, 5], [3, 4, 0]], dtype=torch.int32),
+            "dummy_labels": torch.tensor([0, 4], dtype=torch.int16),
+        }
+    )
+    update = make_strategy("xormixfl").client_update(client, message)
+    labels, positions = update.payload["labels"], update.audit["positions"]
+    assert labels.dtype == (torch.uint8 if num_classes == 256 else torch.int64)
+    assert labels.tolist() == [[1, 0]] * 3  # label 2 is not held, label 3's quota is 0
+    assert update.num_samples == 3 and torch.equal(y[positions], labels.long())
+    assert torch.equal(update.payload["samples"], x[positions[:, 0]] ^ x[positions[:, 1]])
+    assert torch.equal(update.audit["target_blends"], x[positions[:, 0]])
+    message.payload["quota"][1] = 0  # asked for nothing: no upload, no sample counted
+    nothing = make_strategy("xormixfl").client_update(client, message)
+    assert (nothing.num_samples, nothing.payload) == (0, {})
+
+
+def test_preblend_encodes_with_one_blend_of_the_m_dummies():
+    """A4 `preblend`: the M dummy blends are first blended into one key (Eq. 1), then XORed."""
+    gen = torch.Generator().manual_seed(8)
+    target, dummies = images(gen, 4, 1, 3, 3), images(gen, 4, 2, 1, 3, 3)
+    labels = torch.zeros(4, 3, dtype=torch.long)
+    for m, expected in ((2, target ^ blend(dummies, 0.25)), (1, target ^ dummies[:, 0])):
+        strategy = make_strategy(
+            "xormixfl", {"multi_dummy_mode": "preblend", "M": m, "alpha": 0.25}
+        )
+        assert torch.equal(strategy.encode(target, dummies[:, :m], labels), expected)
+        assert torch.equal(strategy.encode(target[:1], dummies[:1, :m], labels[:1]), expected[:1])
+    with pytest.raises(ValueError, match="at least 1"):
+        fold_weights(0.5, 0)
+
+
+def test_a_device_asked_for_one_sample_uploads_it():
+    """quota 4 over three devices: 2, 1, 1 (A6); each uploads exactly its share."""
+    strategy, summary = shared("xormixfl", quota=4)
+    assert sorted(strategy.quota_table[1:, 0].tolist()) == [1, 1, 2]
+    assert summary["shared_samples"] == 4
+
+
+def spy_server(name: str, **params):
+    """Run the sharing; return (fed, strategy, what `augment` returned, the server's training
+    inputs and labels)."""
+    fed = digits_federation(SMALL, 4, 0)
+    strategy = make_strategy(name, {"server_epochs": 0, **params})
+    seen: dict[str, object] = {}
+    augment, train = strategy.augment, strategy.train_server
+
+    def spy_augment(uploads, labels, round_idx):
+        seen["augment"] = (uploads, labels, *augment(uploads, labels, round_idx))
+        return seen["augment"][2:]
+
+    def spy_train(x, y, round_idx):
+        seen["train"] = (x, y)
+        return train(x, y, round_idx)
+
+    strategy.augment, strategy.train_server = spy_augment, spy_train
+    fedshare.simulate(strategy, fed, "mlp", rounds=1, train={"local_epochs": 1})
+    return fed, strategy, seen["augment"], seen["train"]
+
+
+def test_server_decodes_with_its_own_dummy_samples_and_trains_on_base_plus_decoded():
+    """Eq. 3 with p = M = 1: decoded = code ⊕ a server sample of the code's dummy label; the
+    server trains on its base samples and the decoded ones (back on the stored scale) with the
+    target label (hard)."""
+    fed, strategy, (uploads, labels, decoded, y_shared, keys), (x, y) = spy_server(
+        "xormixfl", include_server_keys=True
+    )
+    x_base, y_base = strategy.server_data()
+    nb = len(x_base)
+    assert torch.equal(decoded, uploads ^ keys[:, 0])
+    server = fed.client_indices[strategy.server]
+    key_samples = torch.nonzero(
+        (digit_bytes(fed)[server][:, None] == keys[None, :, 0]).flatten(2).all(2)
+    )
+    assert torch.equal(torch.unique(key_samples[:, 1]), torch.arange(len(keys)))
+    key_labels = fed.dataset.y_train[server][key_samples[:, 0]]
+    assert torch.equal(key_labels, labels[key_samples[:, 1], 1])
+    assert torch.equal(x[:nb], x_base) and torch.equal(y[:nb], y_base)
+    torch.testing.assert_close(x[nb:], decoded.double().mul(16 / 255).float())
+    assert (y[nb:] == 9).all() and torch.equal(y_shared, labels[:, 0])
+
+
+def test_mixfl_server_trains_on_the_uploads_with_one_hot_base_rows_and_mixup_labels():
+    _, strategy, (uploads, labels, augmented, y_shared, keys), (x, y) = spy_server(
+        "mixfl", alpha=0.25, dummy_labels=[3]
+    )
+    x_base, y_base = strategy.server_data()
+    nb = len(x_base)
+    assert keys is None and torch.equal(augmented, uploads)
+    torch.testing.assert_close(x[nb:], uploads.double().mul(16 / 255).float())
+    assert torch.equal(y[:nb], torch.nn.functional.one_hot(y_base, 10).float())
+    expected = torch.zeros(len(uploads), 10)
+    expected[:, 9], expected[:, 3] = 0.25, 0.75
+    assert torch.equal(labels[:, 1], torch.full((len(uploads),), 3))
+    torch.testing.assert_close(y[nb:], expected)
+    assert torch.equal(y_shared, y[nb:])
 
 
 def test_alpha_has_no_effect_at_p1_and_runs_are_deterministic():
@@ -210,6 +387,14 @@ def test_mixfl_mix_order_and_ratio(m):
     )
     assert float(weights["old"][0]) == pytest.approx(0.25**m)
     assert float(weights["ratio"][0]) == pytest.approx(0.5**m)
+
+
+def test_mixfl_hard_labels_train_on_the_target_label():
+    uploads = torch.zeros(2, 1, 2, 2, dtype=torch.uint8)
+    labels = torch.tensor([[9, 3, 4], [7, 4, 3]])
+    strategy = make_strategy("mixfl", {"label": "hard", "M": 2})
+    samples, y, keys = strategy.augment(uploads, labels, 0)
+    assert samples is uploads and keys is None and y.tolist() == [9, 7]
 
 
 def test_mixfl_equal_order_uploads_the_plain_mean():
