@@ -58,6 +58,7 @@ def test_curve_stats():
         curve_stats([1.0] * 4, settled_from=5)
 
 
+@pytest.mark.slow  # loads all of UCI-HAR's signals (the partitioners' own tests: test_partition.py)
 def test_har_dir01_preset_partition_is_as_skewed_as_the_authors():
     """The preset's Dir(0.1) K = 150 partition (two sequential halves, NIID-Bench Dirichlet,
     min size 3) against the one in the authors' log. The RNGs differ, so the clients differ;
