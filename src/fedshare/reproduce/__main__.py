@@ -30,7 +30,13 @@ from fedshare.reproduce.measure import (
     stored_cells,
     write_stored,
 )
-from fedshare.reproduce.render import plot, tables_markdown, write_csv
+from fedshare.reproduce.render import (
+    layout_markdown,
+    lists_markdown,
+    plot,
+    tables_markdown,
+    write_csv,
+)
 
 USER_ERROR = 2
 INTERRUPTED = 130
@@ -175,15 +181,18 @@ def render(
     table: str, out: Path, scale: str, args: argparse.Namespace
 ) -> tuple[list[Measured], str]:
     job = load_job(table)
+    spec = job.scale(scale)
     chosen = cells(table, scale, args.columns, args.methods, args.seeds)
-    items = measure(chosen, job.numbers, out)
-    note = job.scale(scale).note
-    head = f"Scale `{scale}`: {note}.\n\n" if note else ""
+    items = measure(chosen, job.numbers, out, spec.lists)
+    head = f"Scale `{scale}`: {spec.note}.\n\n" if spec.note else ""
     if out.is_file():
         stored = load_stored(out)
         source = "; ".join(str(stored[k]) for k in ("command", "date", "source") if stored.get(k))
         head += f"Stored results ({out.name}): {source}.\n\n" if source else ""
-    return items, head + tables_markdown(items)
+    extra = [layout_markdown(items, spec.layout)] if spec.layout else []
+    extra += [lists_markdown(items, spec.lists)] if spec.lists else []
+    text = "\n".join([tables_markdown(items), *extra]).rstrip() + "\n"
+    return items, head + text
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -204,7 +213,8 @@ def cmd_store(args: argparse.Namespace) -> None:
     if not args.out_dir.is_dir():
         raise FedshareError(f"store reads a folder of runs; {args.out_dir} is not one")
     chosen = cells(args.table, scale, args.columns, args.methods, args.seeds)
-    found = stored_cells(measure(chosen, load_job(args.table).numbers, args.out_dir))
+    job = load_job(args.table)
+    found = stored_cells(measure(chosen, job.numbers, args.out_dir, job.scale(scale).lists))
     if not found:
         raise FedshareError(f"{args.out_dir} holds no completed cell of {args.table} at {scale}")
     summaries = [args.out_dir / c.folder / "summary.json" for c in chosen]

@@ -6,6 +6,8 @@ partition's target labels); mean ± sample std over the seeds, compared with the
 `fedshare.paper.compare.compare` (within max(3·paper std, 3) points). Beside it, per cell, the
 curve statistics papers differ in: best, last-10 mean and the settled mean (from round 30 on,
 or over the second half of a run shorter than 60 rounds), each averaged over the seeds.
+A scale's `lists` (summary keys whose value is a list per run, e.g. the chain's per-client
+accuracies) are kept per seed beside the value.
 
 The cells may also come from a stored file instead of run folders (`store` writes one from a
 run folder; docs/measured/ holds those the docs' tables are generated from): JSON with the
@@ -42,6 +44,8 @@ class Measured:
     seeds: list[int] = field(default_factory=list)
     curves: list[dict[str, float]] = field(default_factory=list)
     """Per seed: its curve statistics (`curve_stats`), where known."""
+    lists: dict[str, list[list[float]]] = field(default_factory=dict)
+    """Summary key → per seed its list (a scale's `lists`; [] where a run has none)."""
     comparison: Comparison | None = None
     paper: tuple[float, float] | None = None
     stored: tuple[float, float | None] | None = None
@@ -57,6 +61,13 @@ class Measured:
         if not self.values and self.stored is not None:
             return self.stored
         return mean_std(self.values)
+
+    def element_stats(self, name: str) -> list[tuple[float | None, float | None, int]]:
+        """Mean, sample std and number of seeds of each element of list `name`."""
+        runs = self.lists.get(name, [])
+        width = max((len(r) for r in runs), default=0)
+        found = [[r[k] for r in runs if k < len(r)] for k in range(width)]
+        return [(*mean_std(values), len(values)) for values in found]
 
     def curve_stat(self, name: str) -> float | None:
         found = [s[name] for s in self.curves if name in s]
@@ -92,9 +103,17 @@ def cell_value(run: dict[str, Any], metric: str) -> float | None:
     return finite(run["summary"].get(metric))
 
 
-def measure(cells: Sequence[Cell], numbers: Sequence[str], out: Path) -> list[Measured]:
+def _run_list(run: dict[str, Any], name: str) -> list[float]:
+    value = run["summary"].get(name)
+    return [float(v) for v in value] if isinstance(value, list) else []
+
+
+def measure(
+    cells: Sequence[Cell], numbers: Sequence[str], out: Path, lists: Sequence[str] = ()
+) -> list[Measured]:
     """Every (paper table, column, method) of `cells`, with the completed seeds under `out`
-    (a folder of run folders, or a stored file: `load_stored`)."""
+    (a folder of run folders, or a stored file: `load_stored`), and the summary lists named
+    in `lists`."""
     stored = load_stored(out)["cells"] if out.is_file() else None
     found: dict[tuple[str, str, str], Measured] = {}
     for table in numbers:
@@ -116,6 +135,8 @@ def measure(cells: Sequence[Cell], numbers: Sequence[str], out: Path) -> list[Me
             item.seeds.append(cell.seed)
             accuracy = [finite(r.get("accuracy")) for r in run["history"]]
             item.curves.append(curve_stats([a for a in accuracy if a is not None]))
+            for name in lists:
+                item.lists.setdefault(name, []).append(_run_list(run, name))
     for item in found.values():
         try:
             entry_cmp = compare(item.numbers, item.column, item.method, item.mean_std[0] or 0.0)
@@ -139,6 +160,7 @@ def load_stored(path: Path) -> dict[str, Any]:
         and {"numbers", "column", "method", "seeds"} <= c.keys()
         and ("values" in c or "mean" in c)
         and all(len(c.get(k, c["seeds"])) == len(c["seeds"]) for k in ("values", "curves"))
+        and all(len(v) == len(c["seeds"]) for v in c.get("lists", {}).values())
         for c in cells
     ):
         raise FedshareError(
@@ -173,6 +195,8 @@ def _add_stored(item: Measured, seed: int, stored: Sequence[dict[str, Any]]) -> 
         item.values.append(float(entry["values"][at]))
         if entry.get("curves"):
             item.curves.append(dict(entry["curves"][at]))
+        for name, runs in entry.get("lists", {}).items():
+            item.lists.setdefault(name, []).append([float(v) for v in runs[at]])
 
 
 def stored_cells(items: Sequence[Measured]) -> list[dict[str, Any]]:
@@ -187,6 +211,15 @@ def stored_cells(items: Sequence[Measured]) -> list[dict[str, Any]]:
             **(
                 {"curves": [{k: round(v, 4) for k, v in c.items()} for c in i.curves]}
                 if any(i.curves)
+                else {}
+            ),
+            **(
+                {
+                    "lists": {
+                        k: [[round(v, 4) for v in r] for r in runs] for k, runs in i.lists.items()
+                    }
+                }
+                if i.lists
                 else {}
             ),
         }
