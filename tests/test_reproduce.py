@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,10 +21,10 @@ from fedshare.preflight import run_values
 from fedshare.reproduce import available_jobs, cells, launch, load_job, measure, run_cells
 from fedshare.reproduce.__main__ import main
 from fedshare.reproduce.docs import BLOCK, default_files, regenerate
-from fedshare.reproduce.jobs import merged, scale_methods
+from fedshare.reproduce.jobs import Layout, merged, runnable_methods, scale_methods
 from fedshare.reproduce.launch import DONE, FAILED, RESTART, RESUME, state_of
 from fedshare.reproduce.measure import Measured, cell_value, curve_value, load_stored
-from fedshare.reproduce.render import stat_label, tables_markdown
+from fedshare.reproduce.render import layout_markdown, lists_markdown, stat_label, tables_markdown
 from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
 from fedshare.validation import check_run
@@ -247,12 +248,13 @@ def test_interrupted_run_continues_from_its_checkpoint(tmp_path):
     assert state_of(folder) == DONE
 
 
-def fake_run(folder: Path, accuracy: float, per_class: list[float], targets: list[int]) -> None:
+def fake_run(
+    folder: Path, accuracy: float, per_class: list[float], targets: list[int], **summary: Any
+) -> None:
     """A finished run folder as the engine writes it (the files `measure` reads)."""
     folder.mkdir(parents=True)
-    (folder / "summary.json").write_text(
-        json.dumps({"status": "completed", "final_accuracy": accuracy, "best_accuracy": 99.0})
-    )
+    summary = {"status": "completed", "final_accuracy": accuracy, "best_accuracy": 99.0, **summary}
+    (folder / "summary.json").write_text(json.dumps(summary))
     record = {"round": 1, "accuracy": accuracy, "per_class_accuracy": per_class}
     (folder / "metrics.jsonl").write_text(json.dumps(record) + "\n")
     (folder / "config.yaml").write_text(f"partition:\n  target_labels: {targets}\n")
@@ -292,6 +294,60 @@ def test_a_checks_cells_without_paper_numbers_are_printed_as_measured_only():
     text = tables_markdown(items)
     assert "no paper number" in text and "| centralized | 91.00 ± 1.41 (2) |" in text
     assert "| kd          | —" in text and "Δ" not in text
+
+
+def test_a_layout_prints_cells_as_rows_by_a_parameter_and_must_name_one_method_a_value(
+    tmp_path,
+):
+    items = [Measured("t", "c", m, "final_accuracy") for m in ("plain", "eps1")]
+    items[0].values, items[1].values = [90.0, 92.0], [80.0]
+    layout = Layout("ε", ("∞", "1"), {"a": ("plain", "eps1"), "b": ("plain", None)})
+    text = layout_markdown(items, layout)
+    assert "rows × ε" in text and "| ∞ " in text
+    assert "| a | 91.00 ± 1.41 (2) | 80.00 (1) |" in text
+    assert "| b | 91.00 ± 1.41 (2) |           |" in text
+    bad = tmp_path / "bad.yaml"
+    tiny_numbers = str(Path(TINY).with_name("tiny.json"))
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "numbers": [tiny_numbers],
+                "scales": {"paper": {"layout": {"columns": ["1", "2"], "rows": {"a": ["x"]}}}},
+            }
+        )
+    )
+    with pytest.raises(FedshareError, match="a layout needs 'columns'"):
+        load_job(str(bad))
+    for name in available_jobs():  # the jobs' layouts name their scales' methods
+        job = load_job(name)
+        for scale, spec in job.scales.items():
+            if spec.layout is not None:
+                named = {m for row in spec.layout.rows.values() for m in row if m}
+                assert named <= set(runnable_methods(job, scale)), (name, scale)
+
+
+def test_a_scales_lists_are_read_per_seed_stored_and_printed_element_by_element(tmp_path):
+    """The chain's per-client accuracies (`lists` of fedpft/table2's `chain` scale): each
+    element's mean ± std over seeds and the mean of a run's elements, from run folders and
+    from a stored file alike."""
+    runs = tmp_path / "runs"
+    chain = cells("fedpft/table2", "chain", methods=["fedpft_chain"], seeds=[0, 1])
+    for cell, base in zip(chain, (70.0, 72.0), strict=True):
+        lists = {"chain_accuracy": [base, base + 10, base + 20], "local_accuracy": [base]}
+        fake_run(runs / cell.folder, base + 20, [], [], **lists)
+    names = load_job("fedpft/table2").scale("chain").lists
+    (item,) = measure(chain, load_job("fedpft/table2").numbers, runs, lists=names)
+    assert item.lists["chain_accuracy"] == [[70.0, 80.0, 90.0], [72.0, 82.0, 92.0]]
+    text = lists_markdown([item], names)
+    assert "| `chain_accuracy` | 71.00 ± 1.41 (2) | 81.00 ± 1.41 (2) | 91.00 ± 1.41 (2) " in text
+    assert text.count("81.00 ± 1.41 (2)") == 2  # element 2 and the mean of a run's elements
+    assert "| `local_accuracy` | 71.00 ± 1.41 (2) |                  |" in text
+    stored = tmp_path / "chain.json"
+    with pytest.raises(SystemExit) as stop:
+        main(["store", "fedpft/table2", str(runs), "--scale", "chain", "--to", str(stored)])
+    assert stop.value.code == 0
+    (from_file,) = measure(chain, load_job("fedpft/table2").numbers, stored)
+    assert from_file.lists == item.lists
 
 
 def test_store_keeps_a_run_folders_cells_and_report_reads_them_back(tmp_path):

@@ -31,7 +31,13 @@ from fedshare.reproduce.measure import (
     stored_cells,
     write_stored,
 )
-from fedshare.reproduce.render import plot, tables_markdown, write_csv
+from fedshare.reproduce.render import (
+    layout_markdown,
+    lists_markdown,
+    plot,
+    tables_markdown,
+    write_csv,
+)
 
 USER_ERROR = 2
 INTERRUPTED = 130
@@ -187,11 +193,11 @@ def render(
     table: str, out: Path, scale: str, args: argparse.Namespace
 ) -> tuple[list[Measured], str]:
     job = load_job(table)
+    spec = job.scale(scale)
     chosen = cells(table, scale, args.columns, args.methods, args.seeds)
     stats = chosen_stats(table, scale, args)
-    items = measure(chosen, job.numbers, out, stats, job.scale(scale).metric)
-    note = job.scale(scale).note
-    head = f"Scale `{scale}`: {note}.\n\n" if note else ""
+    items = measure(chosen, job.numbers, out, stats, spec.metric, spec.lists)
+    head = f"Scale `{scale}`: {spec.note}.\n\n" if spec.note else ""
     if out.is_file():
         stored = load_stored(out)
         source = provenance(stored)
@@ -204,7 +210,10 @@ def render(
                 names += [] if cell["method"] in names else [cell["method"]]
         for text, methods in added.items():
             head += f"Stored later (`store --add`), {', '.join(methods)}: {text}.\n\n"
-    return items, head + tables_markdown(items, stats)
+    extra = [layout_markdown(items, spec.layout)] if spec.layout else []
+    extra += [lists_markdown(items, spec.lists)] if spec.lists else []
+    text = "\n".join([tables_markdown(items, stats), *extra]).rstrip() + "\n"
+    return items, head + text
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -227,7 +236,8 @@ def cmd_store(args: argparse.Namespace) -> None:
     chosen = cells(args.table, scale, args.columns, args.methods, args.seeds)
     stats = chosen_stats(args.table, scale, args)
     job = load_job(args.table)
-    measured = measure(chosen, job.numbers, args.out_dir, stats, job.scale(scale).metric)
+    spec = job.scale(scale)
+    measured = measure(chosen, job.numbers, args.out_dir, stats, spec.metric, spec.lists)
     found = stored_cells(measured)
     if not found:
         raise FedshareError(f"{args.out_dir} holds no completed cell of {args.table} at {scale}")

@@ -6,9 +6,11 @@ small checks such as FLea's `digits`) the seeds, the overrides every cell gets, 
 columns and methods that scale runs, methods of its own that are no row of the table
 (`extra_methods`, a check's), per-column overrides (a stand-in drops the preset with
 `experiment=null` and brings its own setting) and per-method ones, the files each column needs
-under the data root, the estimated time of a cell on the project's 2-core CPU and the per-cell
+under the data root, the estimated time of a cell on the project's 2-core CPU, the per-cell
 statistics `report` prints beside the metric (`stats`, top level or per scale; a named check may
-read another `metric` than its tables'). A column is
+read another `metric` than its tables') and, for `report`, optionally a `layout` (the same cells
+as rows × a parameter's values, e.g. ε) and `lists` (summary keys holding a list per run, e.g.
+per-client accuracies). A column is
 a table's `preset` (`xormixfl/table2 partition.target_labels=[0]`), a method one of the
 table's `methods` with its overrides (`fedshare.paper.compare.overrides_in`), so a cell runs as
 
@@ -54,6 +56,16 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """A scale's cells laid out by a parameter: `rows` name → one method per value of
+    `columns` (None: no cell), e.g. DP rows × ε."""
+
+    name: str
+    columns: tuple[str, ...]
+    rows: Mapping[str, tuple[str | None, ...]]
+
+
+@dataclass(frozen=True)
 class Scale:
     name: str
     seeds: tuple[int, ...]
@@ -75,6 +87,9 @@ class Scale:
     stats: tuple[str, ...] | None
     """The per-cell statistics `report` prints beside the metric (`fedshare.reproduce.measure`:
     summary keys, curve statistics, ...); None: the default curve statistics."""
+    layout: Layout | None = None
+    lists: tuple[str, ...] = ()
+    """Summary keys whose value is a list per run (`report` prints it element by element)."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +169,19 @@ def _tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value) if value else ()
 
 
+def _layout(where: str, raw: Mapping[str, Any] | None) -> Layout | None:
+    if raw is None:
+        return None
+    columns = tuple(str(c) for c in raw.get("columns") or ())
+    rows = {str(r): tuple(m) for r, m in (raw.get("rows") or {}).items()}
+    if not columns or not rows or any(len(m) != len(columns) for m in rows.values()):
+        raise FedshareError(
+            f"{where}: a layout needs 'columns' (the parameter's values) and 'rows', each a "
+            f"list of one method (or null) per column"
+        )
+    return Layout(str(raw.get("name", "")), columns, rows)
+
+
 def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Scale:
     columns = raw.get("columns")
     if isinstance(columns, list):
@@ -174,6 +202,8 @@ def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Sc
         note=str(raw.get("note", "")),
         metric=raw.get("metric"),
         stats=_tuple(raw.get("stats", defaults.get("stats"))) or None,
+        layout=_layout(f"scale {name}", raw.get("layout")),
+        lists=_tuple(raw.get("lists")),
     )
 
 

@@ -8,6 +8,8 @@ per scale; default the curve statistics best, last-10 mean and settled mean), ea
 statistic of the accuracy curve (`curve_value`: `best`, `settled`, `last5`, `min_last10`,
 `absdelta_last50`, `absdelta_from10`, ...), `target_label_accuracy`, `seconds_per_round`, or
 else the last round's record of the key (`test_davies_bouldin`); `NAME%` is the value × 100.
+A scale's `lists` (summary keys whose value is a list per run, e.g. the chain's per-client
+accuracies) are kept per seed beside the value.
 
 The cells may also come from a stored file instead of run folders (`store` writes one from a
 run folder; docs/measured/ holds those the docs' tables are generated from): JSON with the
@@ -60,6 +62,8 @@ class Measured:
     seeds: list[int] = field(default_factory=list)
     stats: list[dict[str, float]] = field(default_factory=list)
     """Per seed: its statistics (the job's `stats`), where known."""
+    lists: dict[str, list[list[float]]] = field(default_factory=dict)
+    """Summary key → per seed its list (a scale's `lists`; [] where a run has none)."""
     comparison: Comparison | None = None
     paper: tuple[float, float] | None = None
     stored: tuple[float, float | None] | None = None
@@ -93,6 +97,13 @@ class Measured:
         if name is None:
             return list(self.values)
         return [s.get(name) for s in self.stats]
+
+    def element_stats(self, name: str) -> list[tuple[float | None, float | None, int]]:
+        """Mean, sample std and number of seeds of each element of list `name`."""
+        runs = self.lists.get(name, [])
+        width = max((len(r) for r in runs), default=0)
+        found = [[r[k] for r in runs if k < len(r)] for k in range(width)]
+        return [(*mean_std(values), len(values)) for values in found]
 
 
 def curve_value(accuracy: Sequence[float], name: str) -> float | None:
@@ -148,17 +159,24 @@ def cell_value(run: dict[str, Any], name: str) -> float | None:
     return finite(next((r[name] for r in reversed(history) if name in r), None))
 
 
+def _run_list(run: dict[str, Any], name: str) -> list[float]:
+    value = run["summary"].get(name)
+    return [float(v) for v in value] if isinstance(value, list) else []
+
+
 def measure(
     cells: Sequence[Cell],
     numbers: Sequence[str],
     out: Path,
     stats: Sequence[str] = DEFAULT_STATS,
     metric: str | None = None,
+    lists: Sequence[str] = (),
 ) -> list[Measured]:
     """Every (paper table, column, method) of `cells`, with the completed seeds under `out`
     (a folder of run folders, or a stored file: `load_stored`) and, from run folders, their
-    `stats` (a stored file holds its own); `metric` replaces the tables' own (the cells are
-    then a check's, with no paper number: the paper's is of its own metric)."""
+    `stats` (a stored file holds its own) and the summary lists named in `lists`; `metric`
+    replaces the tables' own (the cells are then a check's, with no paper number: the paper's
+    is of its own metric)."""
     stored = load_stored(out)["cells"] if out.is_file() else None
     found: dict[tuple[str, str, str], Measured] = {}
     for table in numbers:
@@ -180,6 +198,8 @@ def measure(
             item.seeds.append(cell.seed)
             found_stats = {n: cell_value(run, n) for n in map(_read_name, stats) if n}
             item.stats.append({n: v for n, v in found_stats.items() if v is not None})
+            for list_name in lists:
+                item.lists.setdefault(list_name, []).append(_run_list(run, list_name))
     for item in found.values():
         if item.metric != load_table(item.numbers).get("metric", "final_accuracy"):
             continue
@@ -218,6 +238,7 @@ def load_stored(path: Path) -> dict[str, Any]:
         and len(c.get("values", c["seeds"])) == len(c["seeds"])
         and len(_per_seed(c)) in (0, len(c["seeds"]))
         and isinstance(c.get("stat_means", {}), dict)
+        and all(len(v) == len(c["seeds"]) for v in c.get("lists", {}).values())
         for c in cells
     ):
         raise FedshareError(
@@ -256,6 +277,8 @@ def _add_stored(item: Measured, seed: int, stored: Sequence[dict[str, Any]]) -> 
         item.values.append(float(entry["values"][at]))
         if _per_seed(entry):
             item.stats.append(dict(_per_seed(entry)[at]))
+        for name, runs in entry.get("lists", {}).items():
+            item.lists.setdefault(name, []).append([float(v) for v in runs[at]])
 
 
 def stored_cells(items: Sequence[Measured]) -> list[dict[str, Any]]:
@@ -270,6 +293,15 @@ def stored_cells(items: Sequence[Measured]) -> list[dict[str, Any]]:
             **(
                 {"stats": [{k: round(v, 4) for k, v in c.items()} for c in i.stats]}
                 if any(i.stats)
+                else {}
+            ),
+            **(
+                {
+                    "lists": {
+                        k: [[round(v, 4) for v in r] for r in runs] for k, runs in i.lists.items()
+                    }
+                }
+                if i.lists
                 else {}
             ),
         }

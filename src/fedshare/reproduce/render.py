@@ -1,12 +1,15 @@
 """A measured table as the paper prints it: Markdown, CSV and a measured-vs-paper figure."""
 
 import csv
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
 from fedshare.paper.compare import load_table
+from fedshare.reproduce.jobs import Layout
 from fedshare.reproduce.measure import CURVE, DEFAULT_STATS, PER_SEED, Measured, StatSummary
 from fedshare.results.grouping import MISSING
+from fedshare.results.stats import mean_std
 from fedshare.results.writers import markdown_table
 
 LABELS = {
@@ -54,11 +57,7 @@ def _num(value: float | None, digits: int = 2, sign: bool = False) -> str:
 
 def measured_text(item: Measured) -> str:
     """`mean ± std (n)`, or `mean (1)` for one seed."""
-    mean, std = item.mean_std
-    if mean is None:
-        return MISSING
-    spread = "" if std is None else f" ± {std:.2f}"
-    return f"{mean:.2f}{spread} ({item.n})"
+    return _spread(*item.mean_std, item.n)
 
 
 def stat_label(name: str) -> str:
@@ -183,6 +182,79 @@ def tables_markdown(items: Sequence[Measured], stats: Sequence[str] = DEFAULT_ST
             "",
         ]
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _groups(items: Sequence[Measured]) -> list[tuple[str, list[Measured]]]:
+    """`items` by paper table and column, each with a caption naming them where they vary."""
+    keys = list(dict.fromkeys((i.numbers, i.column) for i in items))
+    names = column_names(list(dict.fromkeys(c for _, c in keys)))
+    several_tables, several_columns = len({n for n, _ in keys}) > 1, len(names) > 1
+    groups = []
+    for numbers, column in keys:
+        where = [numbers] * several_tables + [f"column `{names[column]}`"] * several_columns
+        caption = f" ({', '.join(where)})" if where else ""
+        mine = [i for i in items if (i.numbers, i.column) == (numbers, column)]
+        groups.append((caption, mine))
+    return groups
+
+
+def layout_markdown(items: Sequence[Measured], layout: Layout) -> str:
+    """The cells as `layout`'s rows × its parameter's values, `mean ± std (n)` each."""
+    parts = []
+    for caption, mine in _groups(items):
+        found = {i.method: i for i in mine}
+        rows = [
+            [row, *("" if m not in found else measured_text(found[m]) for m in methods)]
+            for row, methods in layout.rows.items()
+        ]
+        parts += [
+            f"The same cells, rows × {layout.name or 'parameter'}{caption}: measured mean ± "
+            "sample std (seeds)",
+            "",
+            markdown_table(["", *layout.columns], rows),
+            "",
+        ]
+    return "\n".join(parts)
+
+
+def lists_markdown(items: Sequence[Measured], names: Sequence[str]) -> str:
+    """Each cell's summary lists `names` element by element (mean ± std over seeds) and the
+    mean of a run's elements."""
+    parts = []
+    for caption, mine in _groups(items):
+        shown = [(i, n) for i in mine for n in names if any(i.lists.get(n, []))]
+        if not shown:
+            continue
+        width = max(len(i.element_stats(n)) for i, n in shown)
+        rows = []
+        for item, name in shown:
+            runs = [r for r in item.lists[name] if r]
+            per_run = mean_std([statistics.fmean(r) for r in runs])
+            cells = [_spread(*stats) for stats in item.element_stats(name)]
+            rows.append(
+                [
+                    method_name(item.numbers, item.method),
+                    f"`{name}`",
+                    *cells,
+                    *[""] * (width - len(cells)),
+                    _spread(*per_run, len(runs)),
+                ]
+            )
+        headers = ["method", "list", *(str(k + 1) for k in range(width)), "mean"]
+        parts += [
+            f"Lists of each run{caption}, element by element: measured mean ± sample std "
+            "(seeds); `mean`: of a run's elements",
+            "",
+            markdown_table(headers, rows),
+            "",
+        ]
+    return "\n".join(parts)
+
+
+def _spread(mean: float | None, std: float | None, n: int) -> str:
+    if mean is None:
+        return MISSING
+    return f"{mean:.2f}{'' if std is None else f' ± {std:.2f}'} ({n})"
 
 
 def write_csv(items: Sequence[Measured], path: Path, stats: Sequence[str] = DEFAULT_STATS) -> None:
