@@ -111,7 +111,7 @@ def test_generator_steps_are_the_weighted_ensemble_ce_plus_diversity_written_out
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert set(y.tolist()) <= {0, 1, 2}
     strategy.aggregate(iter(head_updates(strategy, heads, counts)), 1)
     assert strategy.generator_loss == pytest.approx(sum(losses) / 2, rel=1e-5)
