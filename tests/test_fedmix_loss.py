@@ -38,14 +38,10 @@ def test_code_form_is_soft_cross_entropy_on_the_beta_mix(batch):
     target = w * F.one_hot(y, C) + (1 - w) * label_means  # λ on the local side, inputs alike
     expected = -(target * log_probs(net, w * x + (1 - w) * means)).sum(1).mean()
     got = fedmix_loss(net, x, y, means, label_means, lam, "code")
-    assert float(got.detach()) == pytest.approx(
-        float(expected.detach()), rel=1e-6
-    )  # soft labels in float32
+    assert got.item() == pytest.approx(expected.item(), rel=1e-6)  # soft labels in float32
     local_ce = -log_probs(net, x)[torch.arange(N), y].mean()
     with_ce = fedmix_loss(net, x, y, means, label_means, lam, "code", local_ce_weight=0.5)
-    assert float(with_ce.detach()) == pytest.approx(
-        float((expected + 0.5 * local_ce).detach()), rel=1e-6
-    )
+    assert with_ce.item() == pytest.approx((expected + 0.5 * local_ce).item(), rel=1e-6)
 
 
 def test_naivemix_weighs_the_local_and_the_mean_label_by_one_minus_lambda_and_lambda(batch):
@@ -56,7 +52,7 @@ def test_naivemix_weighs_the_local_and_the_mean_label_by_one_minus_lambda_and_la
     shared = -(label_means * lp).sum(1)
     expected = ((1 - lam) * local + lam * shared).mean()
     got = fedmix_loss(net, x, y, means, label_means, lam, "naivemix")
-    assert float(got) == pytest.approx(float(expected), rel=1e-10)
+    assert got.item() == pytest.approx(expected.item(), rel=1e-10)
 
 
 def test_fedmix_is_the_first_order_expansion_with_its_local_term(batch):
@@ -71,7 +67,7 @@ def test_fedmix_is_the_first_order_expansion_with_its_local_term(batch):
     taylor = (input_grad * means).sum(1)
     expected = ((1 - lam) * local + lam * shared + lam * taylor).mean()
     got = fedmix_loss(net, x, y, means, label_means, lam, "fedmix")
-    assert float(got) == pytest.approx(float(expected), rel=1e-10)
+    assert got.item() == pytest.approx(expected.item(), rel=1e-10)
     # the Taylor term trains the model too (its input gradient is differentiated through)
     (want,) = torch.autograd.grad(expected, net.weight)
     (have,) = torch.autograd.grad(got, net.weight)
