@@ -219,9 +219,8 @@ def _read_name(stat: str) -> str:
 
 
 def _per_seed(cell: dict[str, Any]) -> list[dict[str, float]]:
-    """A stored cell's per-seed statistics (`curves`: their name in files stored before other
-    statistics than the curve's were kept)."""
-    return list(cell.get("stats", cell.get("curves", [])))
+    """A stored cell's per-seed statistics."""
+    return list(cell.get("stats", []))
 
 
 def load_stored(path: Path) -> dict[str, Any]:
