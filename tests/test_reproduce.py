@@ -4,6 +4,7 @@ import json
 import os
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -24,7 +25,13 @@ from fedshare.reproduce.docs import BLOCK, default_files, regenerate
 from fedshare.reproduce.jobs import Layout, merged, runnable_methods, scale_methods
 from fedshare.reproduce.launch import DONE, FAILED, RESTART, RESUME, state_of
 from fedshare.reproduce.measure import Measured, cell_value, curve_value, load_stored
-from fedshare.reproduce.render import layout_markdown, lists_markdown, stat_label, tables_markdown
+from fedshare.reproduce.render import (
+    layout_markdown,
+    lists_markdown,
+    stat_label,
+    stat_text,
+    tables_markdown,
+)
 from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
 from fedshare.validation import check_run
@@ -462,6 +469,28 @@ def test_statistics_are_read_from_a_run_folder_by_name():
         stat_label("min_last10") == "min last-10" and stat_label("from10") == "mean from round 10"
     )
     assert stat_label("seeds:wall_time_s") == "s / run per seed" and stat_label("x%") == "x %"
+
+
+def test_a_round_range_and_the_best_round_of_a_100_round_curve():
+    """FLea's UCI-HAR tables: the mean, min and max of rounds 31-100 (`from31`,
+    `min_from31`, `max_from31`: fedshare numbers a run's rounds 1-100, so the 31st evaluated
+    round is round 31) and the round of the best accuracy (the first one where it ties),
+    listed per seed as a whole number."""
+    curve = [float(r % 7) + (50.0 if r == 12 else 0.0) for r in range(1, 101)]
+    curve[39] = curve[11]  # round 40 ties round 12's best
+    assert curve_value(curve, "from31") == pytest.approx(statistics.fmean(curve[30:]))
+    assert curve_value(curve, "from31") != pytest.approx(curve_value(curve, "settled"))
+    assert curve_value(curve, "min_from31") == 0.0 and curve_value(curve, "max_from31") == 55.0
+    history = [{"round": r, "accuracy": a} for r, a in enumerate(curve, start=1)]
+    run = {"summary": {}, "config": {}, "history": [{"round": 0}, *history]}
+    assert cell_value(run, "best_round") == 12.0
+    assert cell_value({**run, "history": [{"round": 1}]}, "best_round") is None
+    item = Measured("flea", "c", "m", "best_accuracy", [55.0, 54.0], [0, 1])
+    item.stats = [{"best_round": 12.0, "from31": 3.1}, {"best_round": 40.0}]
+    assert stat_text(item, "seeds:best_round") == "12 / 40"
+    assert stat_text(item, "seeds:from31") == "3.10 / —"
+    assert stat_label("seeds:best_round") == "best round per seed"
+    assert stat_label("min_from31") == "min from round 31"
 
 
 def test_a_jobs_statistics_are_measured_stored_and_printed_beside_the_metric(tmp_path):

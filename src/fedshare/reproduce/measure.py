@@ -6,8 +6,9 @@ max(3·paper std, 3) points). Beside it, per cell, the job's statistics (`stats`
 per scale; default the curve statistics best, last-10 mean and settled mean), each a name that
 `cell_value` reads from a run folder: a key of `summary.json` (`mds_std`, `wall_time_s`), a
 statistic of the accuracy curve (`curve_value`: `best`, `settled`, `last5`, `min_last10`,
-`absdelta_last50`, `absdelta_from10`, ...), `target_label_accuracy`, `seconds_per_round`, or
-else the last round's record of the key (`test_davies_bouldin`); `NAME%` is the value × 100.
+`absdelta_last50`, `absdelta_from10`, ...), `best_round` (the round of the best accuracy),
+`target_label_accuracy`, `seconds_per_round`, or else the last round's record of the key
+(`test_davies_bouldin`); `NAME%` is the value × 100.
 A scale's `lists` (summary keys whose value is a list per run, e.g. the chain's per-client
 accuracies) are kept per seed beside the value.
 
@@ -148,6 +149,11 @@ def cell_value(run: dict[str, Any], name: str) -> float | None:
         if not per_class or not targets:
             return None
         return statistics.fmean(per_class[int(t)] for t in targets)
+    if name == "best_round":
+        scored = [
+            (a, int(r["round"])) for r in history if (a := finite(r.get("accuracy"))) is not None
+        ]
+        return None if not scored else float(max(scored, key=lambda p: (p[0], -p[1]))[1])
     if name == "seconds_per_round":
         last = next((r for r in reversed(history) if r.get("wall_time_s") is not None), None)
         return None if last is None else float(last["wall_time_s"]) / int(last["round"])

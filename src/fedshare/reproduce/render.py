@@ -16,8 +16,11 @@ LABELS = {
     "last10": "last-10",
     "seconds_per_round": "s / round",
     "wall_time_s": "s / run",
+    "best_round": "best round",
     PER_SEED: "per seed",
 }
+WHOLE = {"best_round"}
+"""Statistics listed per seed as whole numbers."""
 CSV_HEADERS = (
     "paper_table",
     "column",
@@ -88,10 +91,13 @@ def summary_text(value: StatSummary | None) -> str:
 
 
 def stat_text(item: Measured, name: str) -> str:
-    """A cell's statistic `name` as `summary_text`, or each seed's value (`seeds[:NAME]`)."""
+    """A cell's statistic `name` as `summary_text`, or each seed's value (`seeds[:NAME]`; a
+    round number, `best_round`, as a whole number)."""
     if name == PER_SEED or name.startswith(f"{PER_SEED}:"):
-        values = item.per_seed(name.partition(":")[2] or None)
-        return " / ".join(_num(v) for v in values) if values else MISSING
+        read = name.partition(":")[2]
+        values = item.per_seed(read or None)
+        digits = 0 if read in WHOLE else 2
+        return " / ".join(_num(v, digits) for v in values) if values else MISSING
     return summary_text(item.stat(name))
 
 
