@@ -475,7 +475,7 @@ def test_a_round_range_and_the_best_round_of_a_100_round_curve():
     """FLea's UCI-HAR tables: the mean, min and max of rounds 31-100 (`from31`,
     `min_from31`, `max_from31`: fedshare numbers a run's rounds 1-100, so the 31st evaluated
     round is round 31) and the round of the best accuracy (the first one where it ties),
-    listed per seed as a whole number."""
+    listed per seed as a whole number (as a run's seconds are)."""
     curve = [float(r % 7) + (50.0 if r == 12 else 0.0) for r in range(1, 101)]
     curve[39] = curve[11]  # round 40 ties round 12's best
     assert curve_value(curve, "from31") == pytest.approx(statistics.fmean(curve[30:]))
@@ -486,8 +486,9 @@ def test_a_round_range_and_the_best_round_of_a_100_round_curve():
     assert cell_value(run, "best_round") == 12.0
     assert cell_value({**run, "history": [{"round": 1}]}, "best_round") is None
     item = Measured("flea", "c", "m", "best_accuracy", [55.0, 54.0], [0, 1])
-    item.stats = [{"best_round": 12.0, "from31": 3.1}, {"best_round": 40.0}]
+    item.stats = [{"best_round": 12.0, "from31": 3.1, "wall_time_s": 2288.4}, {"best_round": 40.0}]
     assert stat_text(item, "seeds:best_round") == "12 / 40"
+    assert stat_text(item, "seeds:wall_time_s") == "2288 / —"
     assert stat_text(item, "seeds:from31") == "3.10 / —"
     assert stat_label("seeds:best_round") == "best round per seed"
     assert stat_label("min_from31") == "min from round 31"

@@ -19,8 +19,8 @@ LABELS = {
     "best_round": "best round",
     PER_SEED: "per seed",
 }
-WHOLE = {"best_round"}
-"""Statistics listed per seed as whole numbers."""
+WHOLE = {"best_round", "wall_time_s"}
+"""Statistics listed per seed as whole numbers (a round, a run's seconds)."""
 CSV_HEADERS = (
     "paper_table",
     "column",
@@ -91,8 +91,8 @@ def summary_text(value: StatSummary | None) -> str:
 
 
 def stat_text(item: Measured, name: str) -> str:
-    """A cell's statistic `name` as `summary_text`, or each seed's value (`seeds[:NAME]`; a
-    round number, `best_round`, as a whole number)."""
+    """A cell's statistic `name` as `summary_text`, or each seed's value (`seeds[:NAME]`;
+    those of `WHOLE` as whole numbers)."""
     if name == PER_SEED or name.startswith(f"{PER_SEED}:"):
         read = name.partition(":")[2]
         values = item.per_seed(read or None)
