@@ -30,6 +30,9 @@ from fedshare.paper.logs import load_log
 
 AUTHORS_PACKAGES = ("FLAlgorithms",)
 LOG = "flea_har_k150_dir0.1"
+CLASSES = ("walk", "up", "down", "sit", "stand", "lie")
+"""UCI-HAR's six activities in label order (walking, upstairs, downstairs, sitting, standing,
+lying), as the docs' table names them."""
 TRIPLES = {
     "body_acc": ("body_acc_x", "body_acc_y", "body_acc_z"),
     "body_gyro": ("body_gyro_x", "body_gyro_y", "body_gyro_z"),
@@ -49,6 +52,22 @@ def evaluate_official_model(
     return {"channels": triple, "data_source": data.source, **result}
 
 
+def markdown(rows: list[dict[str, Any]], best: float) -> str:
+    """The rows as docs/flea.md's table: accuracy, its difference to the log's best and the
+    accuracy per class (UCI-HAR's label order)."""
+    source = " / ".join(dict.fromkeys(str(r["data_source"]) for r in rows))
+    classes = ", ".join(CLASSES)
+    lines = [
+        f"| test windows ({source}) | accuracy | Δ to {best:.2f} | per class ({classes}) |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        delta = f"{row['accuracy'] - best:+.2f}".replace("-", "−")
+        per_class = ", ".join(f"{a:.1f}" for a in row["per_class_accuracy"])
+        lines.append(f"| {row['channels']} x/y/z | {row['accuracy']:.2f} | {delta} | {per_class} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path, help="the authors' saved server model (.pt)")
@@ -60,12 +79,7 @@ def main() -> None:
     state = load_pickled_module_state(args.model, AUTHORS_PACKAGES)
     rows = [evaluate_official_model(state, args.model, args.root, t) for t in args.channels]
     print(f"the authors' log: best round {best:.2f} % on the official test set")
-    for row in rows:
-        per_class = " ".join(f"{a:.1f}" for a in row["per_class_accuracy"])
-        print(
-            f"{row['channels']:>9} ({row['data_source']}): {row['accuracy']:.2f} % "
-            f"(Δ {row['accuracy'] - best:+.2f}); per class {per_class}"
-        )
+    print(markdown(rows, best))
     if args.out:
         args.out.write_text(json.dumps({"log_best": best, "rows": rows}, indent=2) + "\n")
 
