@@ -5,7 +5,9 @@ Trains FLea on a Table 1 preset with λ2 = 3 and λ2 = 0 (constant, warm-up incl
 logs the dCor of the shared activations every round, keeps the global model after the chosen
 rounds, then runs the reconstruction attack (a linear decoder from the shared activations to the
 raw signal, `fedshare.privacy.reconstruction`) on every kept model. Writes `privacy.json`,
-prints a table and draws `privacy.png` (dCor per round; decoder training MSE per epoch).
+prints the table as docs/flea.md shows it (one row a kept model; the doc's tables are analyses,
+not table cells, typed from this output) and draws `privacy.png` (dCor per round; decoder
+training MSE per epoch).
 
     python scripts/flea_privacy.py --root ../shared/datasets/uci_har_hapt \
         --out runs/har_privacy --rounds 30 --keep 1 10 30 --lambdas 3 0 --seed 0
@@ -106,7 +108,14 @@ def attack(args: argparse.Namespace, sim: Any, lam: float, folder: Path) -> list
             print(f"no kept model after round {round_no} in {folder}", flush=True)
             continue
         model.load_state_dict(torch.load(path, map_location="cpu"))
-        row: dict[str, Any] = {"lambda2": lam, "round": round_no}
+        summary = json.loads((folder / "summary.json").read_text())
+        row: dict[str, Any] = {
+            "seed": args.seed,
+            "lambda2": lam,
+            "round": round_no,
+            "best_accuracy": summary["best_accuracy"],
+            "training_s": summary["wall_time_s"],
+        }
         for key in ("accuracy", "shared_dcor", "train_dcor"):
             row[key] = per_round(folder, key).get(round_no)
         for decoder in args.decoders:
@@ -136,18 +145,22 @@ def attack(args: argparse.Namespace, sim: Any, lam: float, folder: Path) -> list
 
 
 def print_table(rows: list[dict[str, Any]], decoders: list[str]) -> None:
-    """Markdown: per kept model, dCor and each decoder's test MSE (relative to the mean's)."""
-    head = "| λ2 | round | accuracy | shared dCor | train dCor |"
-    head += "".join(f" {d} train MSE | {d} test MSE (relative) |" for d in decoders)
-    print(head)
-    print("|---" * (head.count("|") - 1) + "|")
+    """Markdown, as docs/flea.md's privacy tables: per kept model its accuracy, the run's best
+    and training seconds, dCor, and each decoder's test MSE (relative to the mean's; the
+    training MSE too for the decoders trained by epochs, not the closed-form ridge)."""
+    head = "| seed | λ2 | round | accuracy | best acc. | shared dCor | train dCor |"
+    for d in decoders:
+        head += ("" if d == "ridge" else f" {d} train MSE |") + f" {d} test MSE (relative) |"
+    print(head + " training s |")
+    print("|---" * (head.count("|")) + "|")
     for r in rows:
-        line = f"| {r['lambda2']:g} | {r['round']} | {r['accuracy']:.2f} "
-        line += f"| {r['shared_dcor']:.4f} | {r['train_dcor']:.4f} |"
+        line = f"| {r['seed']} | {r['lambda2']:g} | {r['round']} | {r['accuracy']:.2f} "
+        line += f"| {r['best_accuracy']:.2f} | {r['shared_dcor']:.4f} | {r['train_dcor']:.4f} |"
         for d in decoders:
             a = r[d]
-            line += f" {a['train_mse']:.5f} | {a['test_mse']:.5f} ({a['relative_test_mse']:.3f}) |"
-        print(line)
+            line += "" if d == "ridge" else f" {a['train_mse']:.5f} |"
+            line += f" {a['test_mse']:.5f} ({a['relative_test_mse']:.3f}) |"
+        print(line + f" {r['training_s']:.0f} |")
 
 
 def draw(runs: dict[float, Path], rows: list[dict[str, Any]], path: Path) -> None:
@@ -192,7 +205,7 @@ def main() -> None:
     parser.add_argument("--keep", type=int, nargs="+", default=[1, 10, 30])
     parser.add_argument("--lambdas", type=float, nargs="+", default=[3.0, 0.0])
     parser.add_argument("--checkpoint-every", type=int, default=5)
-    parser.add_argument("--decoders", nargs="+", default=["ridge", "dense"], choices=DECODERS)
+    parser.add_argument("--decoders", nargs="+", default=["dense", "ridge"], choices=DECODERS)
     parser.add_argument("--attack-train", type=int, default=4000, help="decoder training windows")
     parser.add_argument("--attack-test", type=int, default=2947)
     parser.add_argument("--attack-epochs", type=int, default=20)
