@@ -16,6 +16,9 @@ LABELS = {
     "last10": "last-10",
     "seconds_per_round": "s / round",
     "wall_time_s": "s / run",
+    "cpu_time_s": "CPU s / run",
+    "command_wall_s": "command wall s",
+    "command_cpu_s": "command CPU s",
     PER_SEED: "per seed",
 }
 CSV_HEADERS = (
