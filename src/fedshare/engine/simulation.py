@@ -668,8 +668,8 @@ class Simulation:
         return record
 
     def _gather_process_stats(self) -> None:
-        """Every process's peak memory (`*_per_process`) and the bytes all processes sent
-        each other (`interprocess_bytes`), for `summary.json`."""
+        """Every process's peak memory and CPU seconds (`*_per_process`) and the bytes all
+        processes sent each other (`interprocess_bytes`), for `summary.json`."""
         assert self.group is not None
         sent = self.group.bytes_sent
         peaks = self.group.gather({**peak_memory(self.device), **self._cpu_summary()})
@@ -786,7 +786,8 @@ class Simulation:
 
     def _processes(self) -> dict[str, Any]:
         """With several processes: how many, the bytes they exchanged (beside the simulated
-        network's traffic, which does not count them) and each one's peak memory."""
+        network's traffic, which does not count them) and each one's peak memory and CPU
+        seconds."""
         if self.group is None:
             return {}
         return {"workers": self.group.world, **getattr(self, "process_summary", {})}
