@@ -33,12 +33,12 @@ def digits_federation(
     )
 
 
-MACHINE_KEYS = ("wall_time_s", "peak_rss_mb", "cuda_max_allocated_mb")
+MACHINE_KEYS = ("wall_time_s", "cpu_time_s", "peak_rss_mb", "cuda_max_allocated_mb")
 """Measurements of the machine, not results: two identical runs differ in them."""
 
 
 def is_machine_measurement(key: str) -> bool:
-    """Wall time, peak memory, and a strategy's timings (`time_..._s`)."""
+    """Wall and CPU time, peak memory, and a strategy's timings (`time_..._s`)."""
     return key in MACHINE_KEYS or (key.startswith("time_") and key.endswith("_s"))
 
 

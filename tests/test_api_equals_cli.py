@@ -39,7 +39,7 @@ SETTINGS = {
         "auto",
     ),
 }
-MACHINE = ("wall_time_s", "peak_rss_mb", "peak_gpu_mb", "device", "partition")
+MACHINE = ("wall_time_s", "cpu_time_s", "peak_rss_mb", "peak_gpu_mb", "device", "partition")
 """Measurements of the machine, not results; and the partition's name, which the command line
 takes from the config's file name (`dir0.3`), the API from the partitioner (`dirichlet`)."""
 

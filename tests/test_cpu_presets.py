@@ -12,18 +12,20 @@ import pytest
 
 from conftest import data_root_or_skip
 from fedshare.preflight import check_command_line, compose_member, run_values
+from fedshare.reproduce import cells
 from fedshare.reproduce.measure import cell_value
 from fedshare.results.runs import load_run
 from fedshare.run import config_dir
 from helpers import run_preset
 
 PAPERS = {
-    # paper: (method, baseline, data files under FEDSHARE_DATA)
-    "flea": ("flea", "fedavg", ()),
-    "rebafl": ("rebafl", "fedavg", ("FashionMNIST/raw",)),
-    "fedpft": ("fedpft", "centralized", ()),
-    "xormixfl": ("xormixfl", "fedavg", ("MNIST/raw",)),
-    "fedaa": ("fedaa", "fedavg", ("FashionMNIST/raw",)),
+    # paper: (method, baseline, data files under FEDSHARE_DATA, the job whose `preset` scale
+    # runs the preset's commands: the generated table of the doc's "CPU preset")
+    "flea": ("flea", "fedavg", (), "flea/table1"),
+    "rebafl": ("rebafl", "fedavg", ("FashionMNIST/raw",), "rebafl/table1"),
+    "fedpft": ("fedpft", "centralized", (), "fedpft/table2"),
+    "xormixfl": ("xormixfl", "fedavg", ("MNIST/raw",), "xormixfl/table2"),
+    "fedaa": ("fedaa", "fedavg", ("FashionMNIST/raw",), "fedaa/table2"),
 }
 SEEDS = (0, 1)
 # Smallest gap measured over seeds 0 and 1 (docs/<paper>.md, "CPU preset"), and the margin kept.
@@ -50,14 +52,31 @@ def test_cpu_preset_composes_and_validates(paper):
     assert check_command_line([f"experiment={paper}/cpu", f"strategy={baseline}"], config_dir())
 
 
+@pytest.mark.parametrize("paper", sorted(PAPERS))
+def test_preset_scale_runs_exactly_the_presets_commands(paper):
+    """The job's `preset` scale (`fedshare.reproduce run <table> --scale preset`, the doc's
+    generated table) runs the doc's commands: the method as the preset's own strategy, the
+    other rows with `strategy=` alone, seeds 0 and 1."""
+    method, baseline, _, table = PAPERS[paper]
+    found = cells(table, "preset")
+    preset = f"experiment={paper}/cpu"
+    assert {c.seed for c in found} == set(SEEDS)
+    for cell in found:
+        strategy = () if cell.method == method else (f"strategy={cell.method}",)
+        assert cell.overrides == (preset, *strategy, f"seed={cell.seed}"), cell
+    assert {c.method for c in found} >= {method, baseline}
+
+
 def run_pair(paper: str, seed: int, tmp_path: Path) -> tuple[dict, dict]:
-    """The preset's method and its baseline on one seed: (method run, baseline run)."""
-    method, baseline, files = PAPERS[paper]
+    """The preset's method and its baseline on one seed, as the `preset` scale's cells:
+    (method run, baseline run)."""
+    method, baseline, files, table = PAPERS[paper]
     data_root_or_skip(*files)
     runs = []
-    for strategy in (method, baseline):
-        out = tmp_path / f"{strategy}-seed{seed}"
-        run_preset([f"experiment={paper}/cpu", f"strategy={strategy}", f"seed={seed}"], out)
+    for row in (method, baseline):
+        (cell,) = cells(table, "preset", methods=[row], seeds=[seed])
+        out = tmp_path / f"{row}-seed{seed}"
+        run_preset(list(cell.overrides), out)
         runs.append(load_run(out))
     return runs[0], runs[1]
 

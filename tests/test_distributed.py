@@ -193,6 +193,8 @@ def test_two_processes_give_the_one_process_result(name):
     summary = ranks[0]["summary"]
     assert summary["workers"] == 2 and summary["interprocess_bytes"] > 0
     assert len(summary["peak_rss_mb_per_process"]) == 2
+    assert len(summary["cpu_time_s_per_process"]) == 2
+    assert all(cpu > 0 for cpu in summary["cpu_time_s_per_process"])
     if name == "fedavg":  # the running mean crosses (two models a round), not the 4 uploads
         assert summary["interprocess_bytes"] < 0.6 * summary["bytes_up"]
 

@@ -7,6 +7,7 @@ import torch
 from fedshare import simulate
 from fedshare.config import TrainConfig
 from fedshare.engine.aggregation import RunningMean
+from fedshare.engine.checkpoint import load_checkpoint
 from fedshare.engine.optim import learning_rate
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
 from fedshare.errors import FedshareError, NonFiniteLossError
@@ -207,9 +208,11 @@ def test_killed_and_resumed_run_equals_uninterrupted(tmp_path):
         )
     cut = read_metrics(tmp_path / "cut" / "metrics.jsonl")
     assert [r["round"] for r in cut] == [1, 2, 3]
+    cut_cpu = load_checkpoint(tmp_path / "cut" / "checkpoint.pt")["cpu_time_s"]
     resumed = simulate(
         "fedprox", data, "cnn_small", run_dir=tmp_path / "cut", resume=True, **options
     )
+    assert 0 < cut_cpu < resumed.summary["cpu_time_s"]  # CPU time adds up across the resume
     assert without_wall_time(resumed.history) == without_wall_time(full.history)
     assert without_wall_time(read_metrics(tmp_path / "cut" / "metrics.jsonl")) == without_wall_time(
         read_metrics(tmp_path / "full" / "metrics.jsonl")
@@ -236,6 +239,7 @@ def test_byte_accounting_counts_weights_but_shares_nothing():
     assert run.summary["bytes_up"] == run.summary["bytes_down"] == 2 * 3 * model_bytes
     assert run.summary["bytes_shared"] == 0
     assert 50 < run.summary["peak_rss_mb"] < 64_000  # MB, not KiB or bytes
+    assert 0 < run.summary["cpu_time_s"] < 3600  # the rounds' CPU seconds
     assert "cuda_max_allocated_mb" not in run.summary
 
 

@@ -1,4 +1,4 @@
-"""Peak memory of the running process, for `summary.json`."""
+"""Resource use of the running process (peak memory, CPU time), for `summary.json`."""
 
 import resource
 import sys
@@ -16,3 +16,10 @@ def peak_memory(device: torch.device) -> dict[str, float]:
     if device.type == "cuda":
         peaks["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
     return peaks
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process and by its child processes
+    that have ended and been waited for."""
+    used = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return sum(u.ru_utime + u.ru_stime for u in used)

@@ -49,7 +49,7 @@ from fedshare.engine.distributed import (
 )
 from fedshare.engine.evaluation import evaluate
 from fedshare.engine.kept_messages import Inboxes, KeptMessages
-from fedshare.engine.memory import peak_memory
+from fedshare.engine.memory import cpu_seconds, peak_memory
 from fedshare.engine.optim import learning_rate
 from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
 from fedshare.engine.resume import check_same_run, check_saved_rounds
@@ -212,6 +212,9 @@ class Simulation:
         self.error: str | None = None
         self._elapsed_before = 0.0
         self._start = time.perf_counter()
+        self._cpu_before: float | None = 0.0
+        """CPU seconds of the rounds before a resume (None: its checkpoint did not record them)."""
+        self._cpu_start = cpu_seconds()
         self.status = "running"
         self.context_summary: dict[str, Any] = {}
         self._said_serial: set[str] = set()
@@ -549,6 +552,8 @@ class Simulation:
         self.kept.load_state_dict(state.get("kept_messages", {}), self.device)
         self.inboxes.load_state_dict(state.get("inboxes", {}), self.device)
         self._elapsed_before = float(state["wall_time_s"])
+        cpu = state.get("cpu_time_s")  # absent from checkpoints written before it was kept
+        self._cpu_before = None if cpu is None else float(cpu)
         restore_rng_state(state["rng"])
         if self.dir is not None:
             self.dir.rewrite_metrics(self.history)
@@ -568,6 +573,7 @@ class Simulation:
                 "kept_messages": self.kept.state_dict(),
                 "inboxes": self.inboxes.state_dict(),
                 "wall_time_s": self.elapsed(),
+                "cpu_time_s": self.cpu_time(),
                 "rng": rng_state(),
                 "fingerprint": self.data.partition.fingerprint,
                 "config": self.record,
@@ -587,6 +593,7 @@ class Simulation:
             rounds=self.config.rounds,
             num_clients=self.data.num_clients,
             wall_time_s=round(elapsed, 3),
+            **self._cpu_summary(),
             **self.traffic.as_dict(),
             partition_fingerprint=self.data.partition.fingerprint,
             data_source=self.data.dataset.source,
@@ -661,11 +668,11 @@ class Simulation:
         return record
 
     def _gather_process_stats(self) -> None:
-        """Every process's peak memory (`*_per_process`) and the bytes all processes sent
-        each other (`interprocess_bytes`), for `summary.json`."""
+        """Every process's peak memory and CPU seconds (`*_per_process`) and the bytes all
+        processes sent each other (`interprocess_bytes`), for `summary.json`."""
         assert self.group is not None
         sent = self.group.bytes_sent
-        peaks = self.group.gather(peak_memory(self.device))
+        peaks = self.group.gather({**peak_memory(self.device), **self._cpu_summary()})
         self.process_summary = {
             "interprocess_bytes": sum(self.group.gather(sent)),
             **{f"{key}_per_process": [peak[key] for peak in peaks] for key in peaks[0]},
@@ -765,9 +772,22 @@ class Simulation:
         """Seconds of run time so far, across resumes."""
         return self._elapsed_before + time.perf_counter() - self._start
 
+    def cpu_time(self) -> float | None:
+        """CPU seconds this process (and its ended children) spent on the rounds so far, over
+        the span of `elapsed`, across resumes; None after a resume from a checkpoint that did
+        not record them."""
+        if self._cpu_before is None:
+            return None
+        return self._cpu_before + cpu_seconds() - self._cpu_start
+
+    def _cpu_summary(self) -> dict[str, float]:
+        cpu = self.cpu_time()
+        return {} if cpu is None else {"cpu_time_s": round(cpu, 3)}
+
     def _processes(self) -> dict[str, Any]:
         """With several processes: how many, the bytes they exchanged (beside the simulated
-        network's traffic, which does not count them) and each one's peak memory."""
+        network's traffic, which does not count them) and each one's peak memory and CPU
+        seconds."""
         if self.group is None:
             return {}
         return {"workers": self.group.world, **getattr(self, "process_summary", {})}
@@ -784,6 +804,7 @@ class Simulation:
         self._setup(state)
         cfg = self.config
         self._start = time.perf_counter()
+        self._cpu_start = cpu_seconds()
         saver = Checkpoints(cfg.checkpoint.every)
         callbacks = [MetricsLog(), saver]
         callbacks += [ProgressBar()] if self.group is None or self.group.is_writer else []

@@ -1,8 +1,9 @@
 """A paper table's jobs: the runs that fill its cells, read from data beside the tables.
 
 `fedshare/paper/jobs/<paper>/<table>.yaml` names the paper tables it fills (`numbers`, files of
-`fedshare/paper/tables/`), and for each scale (`paper`, `cpu` where one is defined, and named
-small checks such as FLea's `digits`) the seeds, the overrides every cell gets, optionally the
+`fedshare/paper/tables/`), and for each scale (`paper`, `cpu` where one is defined, `preset`:
+the commands of the CPU recipe `experiment=<paper>/cpu`, and named small checks such as FLea's
+`digits`) the seeds, the overrides every cell gets, optionally the
 columns and methods that scale runs, methods of its own that are no row of the table
 (`extra_methods`, a check's), per-column overrides (a stand-in drops the preset with
 `experiment=null` and brings its own setting) and per-method ones, the files each column needs

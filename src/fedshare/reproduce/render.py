@@ -17,10 +17,13 @@ LABELS = {
     "seconds_per_round": "s / round",
     "wall_time_s": "s / run",
     "best_round": "best round",
+    "cpu_time_s": "CPU s / run",
+    "command_wall_s": "command wall s",
+    "command_cpu_s": "command CPU s",
     PER_SEED: "per seed",
 }
-WHOLE = {"best_round", "wall_time_s"}
-"""Statistics listed per seed as whole numbers (a round, a run's seconds)."""
+WHOLE = {"best_round"}
+"""Statistics listed per seed as whole numbers (a round)."""
 CSV_HEADERS = (
     "paper_table",
     "column",
