@@ -58,7 +58,7 @@ def plot(out: Path, seed: int, path: Path) -> None:
             zorder=3,
         )
     ax.set_xscale("log")
-    ax.set_xlabel("bytes sent, up + down (MB, log scale)")
+    ax.set_xlabel("bytes sent, up + down + peer (MB, log scale)")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(f"CIFAR-10 sample, ResNet-20 features, 10 clients, Dir(0.1), seed {seed}")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
