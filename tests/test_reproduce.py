@@ -38,9 +38,13 @@ from fedshare.validation import check_run
 
 TINY = str(Path(__file__).parent / "data" / "reproduce" / "tiny.yaml")
 PAPERS = ("xormixfl", "rebafl", "flea", "fedpft", "fedaa")
-FEDPFT_CHECKS = {  # FedPFT's claim checks (tests/test_fedpft_claims.py): its named scales
-    t: tuple(s for s in load_job(t).scales if s not in ("paper", "cpu", "preset"))
-    for t in ("fedpft/table2", "fedpft/table5")
+FEDPFT_OTHER = {  # FedPFT's named scales that are no claim check: the docs' other tables
+    "fedpft/table2": ("topology",),
+    "fedpft/table5": ("head_budget", "server_distill", "frontier"),
+}
+FEDPFT_CHECKS = {  # FedPFT's claim checks (tests/test_fedpft_claims.py): its other named scales
+    t: tuple(s for s in load_job(t).scales if s not in ("paper", "cpu", "preset", *FEDPFT_OTHER[t]))
+    for t in FEDPFT_OTHER
 }
 
 
@@ -115,6 +119,27 @@ def test_every_cell_of_fedpfts_claim_checks_passes_the_runs_checks():
                         for key, _, value in (o.partition("=") for o in rows[1:]):
                             OmegaConf.update(cfg, key, yaml.safe_load(value), merge=True)
                         check_run(run_values(cfg))
+
+
+def test_every_cell_of_fedpfts_other_scales_composes_and_passes_the_runs_checks():
+    """The scales of docs/fedpft.md's other tables (topology, head budget, server distillation,
+    frontier), whose rows set more than the strategy: every cell composes with its row's
+    strategy and passes the run's value checks; the frontier's multi-round rows run the
+    multi-round preset (20 rounds), its one-shot rows one round."""
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        for table, scales in FEDPFT_OTHER.items():
+            for scale in scales:
+                methods = scale_methods(load_job(table), scale)
+                for cell in cells(table, scale, seeds=[0]):
+                    cfg = compose("config", overrides=list(cell.overrides))
+                    strategy = next(o for o in methods[cell.method] or () if "strategy=" in o)
+                    assert cfg.strategy.name == strategy.removeprefix("strategy="), cell
+                    check_run(run_values(cfg))
+                    if scale == "frontier":
+                        multi = "experiment=fedpft/heads_multiround" in cell.overrides
+                        assert cfg.rounds == (20 if multi else 1), cell.method
+                    if "strategy.head_budget=epochs" in cell.overrides:
+                        assert cfg.strategy.head_budget == "epochs", cell.method
 
 
 def test_bad_names_are_one_sentence_errors():
@@ -466,6 +491,11 @@ def test_statistics_are_read_from_a_run_folder_by_name():
     assert cell_value(run, "seconds_per_round") == 4.0 and cell_value(run, "db") == 1.5
     assert cell_value(run, "target_label_accuracy") == 50.0 and cell_value(run, "last2") == 15.0
     assert cell_value(run, "absent") is None
+    assert cell_value(run, "bytes_sent") is None  # no byte count
+    run["summary"].update(bytes_up=3_000_000, bytes_down=500_000, bytes_peer=250_000)
+    assert cell_value(run, "bytes_sent") == 3_750_000 and cell_value(run, "bytes_sent/1e6") == 3.75
+    assert cell_value(run, "mds_std/0.5") == 5.0 and cell_value(run, "absent/2") is None
+    assert stat_label("bytes_sent/1e6") == "MB sent" and stat_label("x/1e3") == "x / 1e3"
     assert stat_label("absdelta_last50") == "mean \\|Δ\\| last-50"
     assert (
         stat_label("min_last10") == "min last-10" and stat_label("from10") == "mean from round 10"

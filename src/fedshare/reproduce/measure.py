@@ -7,8 +7,9 @@ per scale; default the curve statistics best, last-10 mean and settled mean), ea
 `cell_value` reads from a run folder: a key of `summary.json` (`mds_std`, `wall_time_s`), a
 statistic of the accuracy curve (`curve_value`: `best`, `settled`, `last5`, `min_last10`,
 `absdelta_last50`, `absdelta_from10`, ...), `best_round` (the round of the best accuracy),
-`target_label_accuracy`, `seconds_per_round`, or else the last round's record of the key
-(`test_davies_bouldin`); `NAME%` is the value × 100.
+`target_label_accuracy`, `seconds_per_round`, `bytes_sent` (the run's bytes up + down + peer),
+or else the last round's record of the key (`test_davies_bouldin`); `NAME%` is the value × 100,
+`NAME/K` the value divided by the number K (`bytes_sent/1e6`: MB).
 A scale's `lists` (summary keys whose value is a list per run, e.g. the chain's per-client
 accuracies) are kept per seed beside the value.
 
@@ -43,6 +44,11 @@ differ in)."""
 CURVE = re.compile(r"(?:(?P<agg>min|max|absdelta)_)?(?P<window>last|from)(?P<k>[1-9][0-9]*)")
 """A curve statistic: the mean (or min, max, mean |change between consecutive rounds|) of the
 last k evaluated rounds or of those from the k-th (1-based) on."""
+SCALED = re.compile(r"(?P<name>.+)/(?P<by>[0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)")
+"""`NAME/K`: value NAME divided by the number K (`bytes_sent/1e6`: MB)."""
+BYTES_SENT = ("bytes_up", "bytes_down", "bytes_peer")
+"""The byte counts whose sum is what a run sent (`bytes_sent`): client → server, server →
+client and client → client (the engine's cumulative counts)."""
 PER_SEED = "seeds"
 """`seeds` (the metric) or `seeds:NAME`: each seed's value, listed."""
 
@@ -139,6 +145,12 @@ def cell_value(run: dict[str, Any], name: str) -> float | None:
     if name.endswith("%"):
         value = cell_value(run, name[:-1])
         return None if value is None else 100 * value
+    scaled = SCALED.fullmatch(name)
+    if scaled is not None:
+        value = cell_value(run, scaled["name"])
+        return None if value is None else value / float(scaled["by"])
+    if name == "bytes_sent":
+        return bytes_sent(run["summary"])
     history = run["history"]
     if name == "target_label_accuracy":
         per_class = next(
@@ -163,6 +175,14 @@ def cell_value(run: dict[str, Any], name: str) -> float | None:
         accuracy = [finite(r.get("accuracy")) for r in history]
         return curve_value([a for a in accuracy if a is not None], name)
     return finite(next((r[name] for r in reversed(history) if name in r), None))
+
+
+def bytes_sent(record: dict[str, Any]) -> float | None:
+    """The bytes a run had sent by `record` (its summary, or a round's record): up + down +
+    peer; None without a byte count."""
+    if "bytes_up" not in record:
+        return None
+    return float(sum(record.get(k) or 0 for k in BYTES_SENT))
 
 
 def _run_list(run: dict[str, Any], name: str) -> list[float]:

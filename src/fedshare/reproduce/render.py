@@ -7,7 +7,14 @@ from pathlib import Path
 
 from fedshare.paper.compare import load_table
 from fedshare.reproduce.jobs import Layout
-from fedshare.reproduce.measure import CURVE, DEFAULT_STATS, PER_SEED, Measured, StatSummary
+from fedshare.reproduce.measure import (
+    CURVE,
+    DEFAULT_STATS,
+    PER_SEED,
+    SCALED,
+    Measured,
+    StatSummary,
+)
 from fedshare.results.grouping import MISSING
 from fedshare.results.stats import mean_std
 from fedshare.results.writers import markdown_table
@@ -20,6 +27,8 @@ LABELS = {
     "cpu_time_s": "CPU s / run",
     "command_wall_s": "command wall s",
     "command_cpu_s": "command CPU s",
+    "bytes_sent": "bytes sent",
+    "bytes_sent/1e6": "MB sent",
     PER_SEED: "per seed",
 }
 WHOLE = {"best_round"}
@@ -68,14 +77,20 @@ def measured_text(item: Measured) -> str:
 
 def stat_label(name: str) -> str:
     """A statistic's column header: `min_last10` → `min last-10`, `absdelta_from10` → `mean
-    |Δ| from round 10`, `seeds:NAME` → `NAME per seed`, `NAME%` → `NAME %`."""
+    |Δ| from round 10`, `seeds:NAME` → `NAME per seed`, `NAME%` → `NAME %`, `NAME/K` → `NAME /
+    K` (`bytes_sent/1e6` → `MB sent`)."""
+    if name in LABELS:
+        return LABELS[name]
     if name.endswith("%"):
         return f"{stat_label(name[:-1])} %"
     if name.startswith(f"{PER_SEED}:"):
         return f"{stat_label(name.partition(':')[2])} per seed"
+    scaled = SCALED.fullmatch(name)
+    if scaled is not None:
+        return f"{stat_label(scaled['name'])} / {scaled['by']}"
     match = CURVE.fullmatch(name)
-    if name in LABELS or match is None:
-        return LABELS.get(name, name)
+    if match is None:
+        return name
     window = f"last-{match['k']}" if match["window"] == "last" else f"from round {match['k']}"
     agg = {"absdelta": "mean \\|Δ\\|", None: "mean" if match["window"] == "from" else ""}
     return f"{agg.get(match['agg'], match['agg'])} {window}".strip()
