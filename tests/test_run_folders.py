@@ -1,6 +1,7 @@
 """Run folders never mix runs: resume checks, used folders, the lock, signals, kill -9."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,6 +63,25 @@ def test_resume_with_another_config_is_refused_before_any_file_changes(tmp_path)
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
 
 
+def resume_base() -> dict:
+    """The run the Python resume tests start from: FedAvg, digits IID over 4 clients, 1 round."""
+    return {"strategy": FedAvg(), "data": digits_federation("iid", 4), "rounds": 1}
+
+
+@pytest.fixture(scope="module")
+def one_round_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of `resume_base`'s run, made once for the module."""
+    folder = tmp_path_factory.mktemp("resume") / "r"
+    simulate(**resume_base(), model="cnn_small", run_dir=folder)
+    return folder
+
+
+@pytest.fixture
+def run_copy(one_round_run: Path, tmp_path: Path) -> Path:
+    """A test's own copy of `one_round_run` (file times kept)."""
+    return Path(shutil.copytree(one_round_run, tmp_path / "r"))
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -73,19 +93,21 @@ def test_resume_with_another_config_is_refused_before_any_file_changes(tmp_path)
     ],
     ids=["strategy", "partition", "seed", "train", "clients"],
 )
-def test_python_resume_refuses_any_change_of_what_the_run_computes(tmp_path, change):
-    base = {"strategy": FedAvg(), "data": digits_federation("iid", 4), "rounds": 1}
-    simulate(**base, model="cnn_small", run_dir=tmp_path / "r")
-    before = snapshot(tmp_path / "r")
+def test_python_resume_refuses_any_change_of_what_the_run_computes(run_copy, change):
+    before = snapshot(run_copy)
     with pytest.raises(FedshareError, match="cannot resume"):
-        simulate(**{**base, **change}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
-    assert snapshot(tmp_path / "r") == before
-    picture = (tmp_path / "r" / "partition.png").stat().st_mtime_ns
-    simulate(**{**base, "rounds": 2}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
-    assert (tmp_path / "r" / "partition.png").stat().st_mtime_ns == picture  # not redrawn
-    (tmp_path / "r" / "partition.png").unlink()
-    simulate(**{**base, "rounds": 3}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
-    assert (tmp_path / "r" / "partition.png").exists()
+        simulate(**{**resume_base(), **change}, model="cnn_small", run_dir=run_copy, resume=True)
+    assert snapshot(run_copy) == before
+
+
+def test_python_resume_continues_and_redraws_only_a_missing_picture(run_copy):
+    picture = (run_copy / "partition.png").stat().st_mtime_ns
+    simulate(**{**resume_base(), "rounds": 2}, model="cnn_small", run_dir=run_copy, resume=True)
+    assert (run_copy / "partition.png").stat().st_mtime_ns == picture  # not redrawn
+    assert [r["round"] for r in read_metrics(run_copy / "metrics.jsonl")] == [1, 2]
+    (run_copy / "partition.png").unlink()
+    simulate(**{**resume_base(), "rounds": 3}, model="cnn_small", run_dir=run_copy, resume=True)
+    assert (run_copy / "partition.png").exists()
 
 
 def test_summary_statistics_use_the_evaluated_rounds_only():
