@@ -51,18 +51,6 @@ def test_a_run_writes_the_contract_files(tmp_path):
     assert "mu: 0.01" in (out / "config.yaml").read_text()
 
 
-def test_experiment_preset_by_name(tmp_path):
-    proc = fedshare_run(
-        "experiment=digits_quickstart",
-        "rounds=1",
-        "progress=false",
-        f"run_dir={tmp_path / 'q'}",
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "fedavg on digits/iid" in proc.stdout
-
-
 USER_ERRORS = [
     (["strategy=nosuch"], "unknown strategy 'nosuch'; valid choices: "),
     (["rounds=abc"], "rounds='abc' is not valid"),
