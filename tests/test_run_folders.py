@@ -115,27 +115,25 @@ def test_changed_keys_ignore_only_the_listed_ones():
     assert changed_keys(saved, {**saved, "train": {**saved["train"], "compile": True}}) == []
 
 
-def test_a_used_folder_is_refused_and_overwrite_replaces_the_old_run(tmp_path):
-    fed, out = digits_federation("iid", 4), tmp_path / "r"
-    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=out, train={"lr": 0.2})
-    before = snapshot(out)
+def test_a_used_folder_is_refused_and_overwrite_replaces_the_old_run(run_copy, tmp_path):
+    fed, lr = digits_federation("iid", 4), {"lr": 0.2}
+    before = snapshot(run_copy)
     with pytest.raises(FedshareError, match="already holds a run"):
-        simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=out)
-    assert snapshot(out) == before
-    proc = fedshare_run(*FAST, f"run_dir={out}", cwd=tmp_path)
+        simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=run_copy, train=lr)
+    assert snapshot(run_copy) == before
+    proc = fedshare_run(*FAST, f"run_dir={run_copy}", cwd=tmp_path)
     assert proc.returncode == 2 and "already holds a run" in proc.stderr
-    assert snapshot(out) == before
-    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=out, overwrite=True)
+    assert snapshot(run_copy) == before
+    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=run_copy, train=lr, overwrite=True)
     # the old checkpoint is gone: the one there now records the new run's settings
-    state = torch.load(out / "checkpoint.pt", weights_only=True)
-    assert state["config"]["train"]["lr"] == DATASET_TRAIN["digits"]["lr"] != 0.2
+    state = torch.load(run_copy / "checkpoint.pt", weights_only=True)
+    assert state["config"]["train"]["lr"] == 0.2 != DATASET_TRAIN["digits"]["lr"]
 
 
-def test_checkpoint_is_kept_by_default_and_can_be_turned_off(tmp_path):
-    fed = digits_federation("iid", 4)
-    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "on")
-    assert (tmp_path / "on" / "checkpoint.pt").is_file()
+def test_checkpoint_is_kept_by_default_and_can_be_turned_off(one_round_run, tmp_path):
+    assert (one_round_run / "checkpoint.pt").is_file()  # `resume_base`: the default checkpoint
     off = {"every": 0}
+    fed = digits_federation("iid", 4)
     simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "off", checkpoint=off)
     assert not (tmp_path / "off" / "checkpoint.pt").exists()
 
