@@ -37,6 +37,11 @@ MACHINE_KEYS = ("wall_time_s", "cpu_time_s", "peak_rss_mb", "cuda_max_allocated_
 """Measurements of the machine, not results: two identical runs differ in them."""
 
 
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """The bytes of each file in `folder` (not its subfolders), by name."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
 def is_machine_measurement(key: str) -> bool:
     """Wall and CPU time, peak memory, and a strategy's timings (`time_..._s`)."""
     return key in MACHINE_KEYS or (key.startswith("time_") and key.endswith("_s"))

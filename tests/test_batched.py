@@ -37,6 +37,15 @@ ADAM = {"local_epochs": 2, "batch_size": 16, "optimizer": "adam", "lr": 1e-3}
 MODELS = {"cnn_small": {}, "lenet_fmnist": {}}
 
 
+@pytest.fixture(params=[1, pytest.param(2, marks=pytest.mark.slow)], ids=["1-epoch", "2-epochs"])
+def sgd(request: pytest.FixtureRequest) -> dict:
+    """`SGD` with one local epoch a round (default tier) or its two (slow): the settings of
+    each strategy's own batched-vs-serial check. Two epochs a round, batched against serial,
+    stay in the default tier through FedAvg's and FedProx's runs
+    (`test_batched_runs_match_serial_runs`, `test_batched_clients_honour_amp`)."""
+    return {**SGD, "local_epochs": request.param}
+
+
 @pytest.fixture(scope="module")
 def fed():
     mnist = load_real("mnist", train_subset=300, test_subset=100)
@@ -175,7 +184,7 @@ def test_batched_clients_honour_amp(fed, fedavg_loss):
         "fedgen",
     ],
 )
-def test_strategies_with_their_own_local_loss_run_batched(fed, fedavg_loss, strategy, params):
+def test_strategies_with_their_own_local_loss_run_batched(fed, fedavg_loss, sgd, strategy, params):
     """Losses calibrated by each client's class counts (FedLC, FedRS, BSM-FedAvg: one row of
     `client_inputs` per client), distillation from the frozen global model (FedNTD), batches
     mixed with the shared means (FedMix: each client's own stream of mixed batches), local
@@ -184,28 +193,28 @@ def test_strategies_with_their_own_local_loss_run_batched(fed, fedavg_loss, stra
     its one-round warm-up): equal to the serial
     run, and not FedAvg's (the loss or data is applied). Chunks of 2, 2 and 1 clients: a
     chunk of one is a stacked step too."""
-    serial = run(fed, strategy, "cnn_small", SGD, 0, **params)
+    serial = run(fed, strategy, "cnn_small", sgd, 0, **params)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # batched, not the serial fallback's warning
-        batched = run(fed, strategy, "cnn_small", SGD, 2, **params)
+        batched = run(fed, strategy, "cnn_small", sgd, 2, **params)
     assert_same_run(batched, serial, 2e-3)
-    assert fedavg_loss(SGD) != pytest.approx(batched.history[-1]["train_loss"])
+    assert fedavg_loss(sgd) != pytest.approx(batched.history[-1]["train_loss"])
 
 
-def test_fedbabu_runs_batched_with_its_head_frozen(fed):
+def test_fedbabu_runs_batched_with_its_head_frozen(fed, sgd):
     """FedBABU stacks only the body: equal to the serial run, and the head stays initial (up
     to the rounding of averaging equal heads)."""
-    serial = run(fed, "fedbabu", "cnn_small", SGD, 0)
+    serial = run(fed, "fedbabu", "cnn_small", sgd, 0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        batched = run(fed, "fedbabu", "cnn_small", SGD, 5)
+        batched = run(fed, "fedbabu", "cnn_small", sgd, 5)
     assert_same_run(batched, serial, 2e-3)
     initial = init_model("cnn_small", fed, 0, {}).head.state_dict()
     for name, value in batched.strategy.model.head.state_dict().items():
         torch.testing.assert_close(value, initial[name], rtol=0, atol=1e-6, msg=name)
 
 
-def test_fedbn_rows_start_from_each_clients_own_bn(fed):
+def test_fedbn_rows_start_from_each_clients_own_bn(fed, sgd):
     """FedBN batched: each row starts from its client's own BN state (`starts`), so three
     rounds (clients return with the BN they kept) equal the serial run: the global model,
     and the personal models built from the BN states the clients keep; and the BN is local
@@ -218,7 +227,7 @@ def test_fedbn_rows_start_from_each_clients_own_bn(fed):
             fed,
             net,
             rounds=3,
-            train={**SGD, "batched": batched},
+            train={**sgd, "batched": batched},
             clients={"per_round": 5},
             eval={"every": 1, "personal": True},
             memory_format="contiguous",
@@ -288,7 +297,7 @@ def test_feddecorr_batched_step_follows_its_serial_step(fed):
         "dsfl-error-feedback",
     ],
 )
-def test_strategies_with_per_client_state_run_batched(fed, fedavg_loss, strategy, params):
+def test_strategies_with_per_client_state_run_batched(fed, fedavg_loss, sgd, strategy, params):
     """SCAFFOLD (each row clipped on its own norm, corrected by its own c − c_i, K counted per
     client), FedDyn (each row's own ∇L_k), MOON (each client's previous model gives its
     negatives), DSFL (each client's top-K of its own update plus the residual it kept) and
@@ -296,7 +305,7 @@ def test_strategies_with_per_client_state_run_batched(fed, fedavg_loss, strategy
     second round on with the prototypes the first uploaded): equal to the serial run over two
     rounds, so the second round starts from the states the first left; and the term acts (not
     FedAvg)."""
-    train = {**SGD, "momentum": 0.0}
+    train = {**sgd, "momentum": 0.0}
     serial = run(fed, strategy, "cnn_small", train, 0, **params)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -310,14 +319,14 @@ def test_strategies_with_per_client_state_run_batched(fed, fedavg_loss, strategy
     [{}, {"kd_input": "mixed", "beta_per_sample": True, "local_ce_weight": 0.5}],
     ids=["flea", "flea-mixed-kd"],
 )
-def test_flea_runs_batched(fed, params):
+def test_flea_runs_batched(fed, sgd, params):
     """FLea: round 0 is the warm-up, round 1 mixes with the shared buffer; each client's buffer
     batches and Beta draws come from its own streams, dCor is summed per client as an
     auxiliary output of the vectorised loss. Equal to the serial run, dCor included."""
-    serial = run(fed, "flea", "lenet_fmnist", SGD, 0, **params)
+    serial = run(fed, "flea", "lenet_fmnist", sgd, 0, **params)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        batched = run(fed, "flea", "lenet_fmnist", SGD, 5, **params)
+        batched = run(fed, "flea", "lenet_fmnist", sgd, 5, **params)
     assert_same_run(batched, serial, 2e-3)
     assert batched.history[-1]["train_dcor"] == pytest.approx(
         serial.history[-1]["train_dcor"], rel=1e-4
@@ -343,10 +352,10 @@ def test_clip_rows_is_torchs_clip_per_row():
     assert clipped["a"][0].norm() < grads["a"][0].norm()
 
 
-def test_a_strategy_without_a_batched_step_says_so_and_runs_serially(fed):
+def test_a_strategy_without_a_batched_step_says_so_and_runs_serially(fed, sgd):
     with pytest.warns(UserWarning, match="fedbr's 'train' step is not plain local training"):
-        batched = run(fed, "fedbr", "cnn_small", SGD, 5)
-    assert_same_run(batched, run(fed, "fedbr", "cnn_small", SGD, 0))
+        batched = run(fed, "fedbr", "cnn_small", sgd, 5)
+    assert_same_run(batched, run(fed, "fedbr", "cnn_small", sgd, 0))
 
 
 def test_upload_only_phases_run_serially_without_the_warning(fed):

@@ -12,8 +12,8 @@ from fedshare.errors import FedshareError
 from fedshare.overrides import check_overrides
 from fedshare.preflight import check_command_line, compose_member, override_args
 from fedshare.results.rundir import METRIC_KEYS, SUMMARY_KEYS, read_metrics
-from fedshare.run import build_simulation, config_dir
-from helpers import without_wall_time
+from fedshare.run import build_simulation, config_dir, execute
+from helpers import snapshot, without_wall_time
 
 FAST = ["progress=false", "rounds=2", "clients.num=4", "train.local_epochs=1"]
 
@@ -49,18 +49,6 @@ def test_a_run_writes_the_contract_files(tmp_path):
     assert partition["fingerprint"] == summary["partition_fingerprint"]
     assert len(partition["class_counts"]) == 4
     assert "mu: 0.01" in (out / "config.yaml").read_text()
-
-
-def test_experiment_preset_by_name(tmp_path):
-    proc = fedshare_run(
-        "experiment=digits_quickstart",
-        "rounds=1",
-        "progress=false",
-        f"run_dir={tmp_path / 'q'}",
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "fedavg on digits/iid" in proc.stdout
 
 
 USER_ERRORS = [
@@ -158,20 +146,29 @@ def test_nan_loss_stops_with_a_message_and_keeps_files(tmp_path):
 
 
 def test_cli_resume_continues_to_the_uninterrupted_numbers(tmp_path):
-    common = [
-        "partition=dir0.5",
-        "progress=false",
-        "clients.num=4",
-        "clients.fraction=0.5",
-    ]
-    full, cut = tmp_path / "full", tmp_path / "cut"
-    assert fedshare_run(*common, "rounds=3", f"run_dir={full}", cwd=tmp_path).returncode == 0
+    """A run cut after round 2 (an unequal partition, half the clients a round): resuming it
+    with another config is refused before any file changes; resuming it longer ends with the
+    numbers of the uninterrupted run (composed and run in-process as the command line runs
+    it: `execute`)."""
+    common = ["partition=dir0.5", "progress=false", "clients.num=4", "clients.fraction=0.5"]
+    cut, full = tmp_path / "cut", tmp_path / "full"
     assert fedshare_run(*common, "rounds=2", f"run_dir={cut}", cwd=tmp_path).returncode == 0
+    before = snapshot(cut)
+    proc = fedshare_run(
+        *common, "rounds=2", "train.lr=0.1", "resume=true", f"run_dir={cut}", cwd=tmp_path
+    )
+    assert proc.returncode == 2
+    assert "cannot resume" in proc.stderr and "train.lr (0.05 -> 0.1)" in proc.stderr
+    assert snapshot(cut) == before
+    # a longer run is a legitimate change: it continues from the checkpoint
     proc = fedshare_run(*common, "rounds=3", "resume=true", f"run_dir={cut}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert without_wall_time(read_metrics(cut / "metrics.jsonl")) == without_wall_time(
-        read_metrics(full / "metrics.jsonl")
-    )
+    resumed = read_metrics(cut / "metrics.jsonl")
+    assert [r["round"] for r in resumed] == [1, 2, 3]
+    args = [*common, "rounds=3", f"run_dir={full}"]
+    execute(compose_member(override_args(args), str(config_dir())), full, {})
+    uninterrupted = read_metrics(full / "metrics.jsonl")
+    assert without_wall_time(resumed) == without_wall_time(uninterrupted)
 
 
 def test_multirun_sweep_with_the_joblib_launcher(tmp_path):

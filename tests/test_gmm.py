@@ -4,7 +4,6 @@ the float16 wire format and the parameter counts of specs/fedpft.md §2.3, §2.6
 import numpy as np
 import pytest
 import torch
-from sklearn.mixture import GaussianMixture as SkGaussianMixture
 
 from fedshare.errors import FedshareError
 from fedshare.functional.gmm import (
@@ -29,6 +28,9 @@ def clustered(n: int = 600, d: int = 6, seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize("cov", COVARIANCE_TYPES)
 def test_em_matches_scikit_learn_likelihood(cov: str) -> None:
+    # imported here, not at collection: scikit-learn's mixtures take ~1.5 CPU-s to import
+    from sklearn.mixture import GaussianMixture as SkGaussianMixture
+
     x = clustered()
     ours, info = fit_gmm(torch.tensor(x), 3, cov, generator=torch.Generator().manual_seed(0))
     sk = SkGaussianMixture(3, covariance_type=cov, random_state=0).fit(x)

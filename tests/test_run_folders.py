@@ -1,6 +1,7 @@
 """Run folders never mix runs: resume checks, used folders, the lock, signals, kill -9."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,14 +18,10 @@ from fedshare.errors import FedshareError
 from fedshare.results.atomic import png_complete
 from fedshare.results.rundir import read_metrics, summarize
 from fedshare.strategies import FedAvg, FedProx
-from helpers import digits_federation
+from helpers import digits_federation, snapshot
 from test_cli import FAST, fedshare_run
 
 SLOW_RUN = ["progress=false", "rounds=200", "clients.num=4", "train.local_epochs=3"]
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
 def start(tmp_path: Path, *args: str) -> subprocess.Popen:
@@ -47,19 +44,23 @@ def wait_for_rounds(path: Path, rounds: int, proc: subprocess.Popen, limit: floa
     raise AssertionError(f"{path} did not reach {rounds} rounds")
 
 
-def test_resume_with_another_config_is_refused_before_any_file_changes(tmp_path):
-    out = tmp_path / "run"
-    assert fedshare_run(*FAST, f"run_dir={out}", cwd=tmp_path).returncode == 0
-    before = snapshot(out)
-    proc = fedshare_run(*FAST, "train.lr=0.1", "resume=true", f"run_dir={out}", cwd=tmp_path)
-    assert proc.returncode == 2
-    assert "cannot resume" in proc.stderr and "train.lr (0.05 -> 0.1)" in proc.stderr
-    assert snapshot(out) == before
-    # a longer run is a legitimate change: it continues from the checkpoint
-    longer = [a for a in FAST if not a.startswith("rounds=")]
-    proc = fedshare_run(*longer, "rounds=3", "resume=true", f"run_dir={out}", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
+def resume_base() -> dict:
+    """The run the Python resume tests start from: FedAvg, digits IID over 4 clients, 1 round."""
+    return {"strategy": FedAvg(), "data": digits_federation("iid", 4), "rounds": 1}
+
+
+@pytest.fixture(scope="module")
+def one_round_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of `resume_base`'s run, made once for the module."""
+    folder = tmp_path_factory.mktemp("resume") / "r"
+    simulate(**resume_base(), model="cnn_small", run_dir=folder)
+    return folder
+
+
+@pytest.fixture
+def run_copy(one_round_run: Path, tmp_path: Path) -> Path:
+    """A test's own copy of `one_round_run` (file times kept)."""
+    return Path(shutil.copytree(one_round_run, tmp_path / "r"))
 
 
 @pytest.mark.parametrize(
@@ -73,19 +74,21 @@ def test_resume_with_another_config_is_refused_before_any_file_changes(tmp_path)
     ],
     ids=["strategy", "partition", "seed", "train", "clients"],
 )
-def test_python_resume_refuses_any_change_of_what_the_run_computes(tmp_path, change):
-    base = {"strategy": FedAvg(), "data": digits_federation("iid", 4), "rounds": 1}
-    simulate(**base, model="cnn_small", run_dir=tmp_path / "r")
-    before = snapshot(tmp_path / "r")
+def test_python_resume_refuses_any_change_of_what_the_run_computes(run_copy, change):
+    before = snapshot(run_copy)
     with pytest.raises(FedshareError, match="cannot resume"):
-        simulate(**{**base, **change}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
-    assert snapshot(tmp_path / "r") == before
-    picture = (tmp_path / "r" / "partition.png").stat().st_mtime_ns
-    simulate(**{**base, "rounds": 2}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
-    assert (tmp_path / "r" / "partition.png").stat().st_mtime_ns == picture  # not redrawn
-    (tmp_path / "r" / "partition.png").unlink()
-    simulate(**{**base, "rounds": 3}, model="cnn_small", run_dir=tmp_path / "r", resume=True)
-    assert (tmp_path / "r" / "partition.png").exists()
+        simulate(**{**resume_base(), **change}, model="cnn_small", run_dir=run_copy, resume=True)
+    assert snapshot(run_copy) == before
+
+
+def test_python_resume_continues_and_redraws_only_a_missing_picture(run_copy):
+    picture = (run_copy / "partition.png").stat().st_mtime_ns
+    simulate(**{**resume_base(), "rounds": 2}, model="cnn_small", run_dir=run_copy, resume=True)
+    assert (run_copy / "partition.png").stat().st_mtime_ns == picture  # not redrawn
+    assert [r["round"] for r in read_metrics(run_copy / "metrics.jsonl")] == [1, 2]
+    (run_copy / "partition.png").unlink()
+    simulate(**{**resume_base(), "rounds": 3}, model="cnn_small", run_dir=run_copy, resume=True)
+    assert (run_copy / "partition.png").exists()
 
 
 def test_summary_statistics_use_the_evaluated_rounds_only():
@@ -112,27 +115,25 @@ def test_changed_keys_ignore_only_the_listed_ones():
     assert changed_keys(saved, {**saved, "train": {**saved["train"], "compile": True}}) == []
 
 
-def test_a_used_folder_is_refused_and_overwrite_replaces_the_old_run(tmp_path):
-    fed, out = digits_federation("iid", 4), tmp_path / "r"
-    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=out, train={"lr": 0.2})
-    before = snapshot(out)
+def test_a_used_folder_is_refused_and_overwrite_replaces_the_old_run(run_copy, tmp_path):
+    fed, lr = digits_federation("iid", 4), {"lr": 0.2}
+    before = snapshot(run_copy)
     with pytest.raises(FedshareError, match="already holds a run"):
-        simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=out)
-    assert snapshot(out) == before
-    proc = fedshare_run(*FAST, f"run_dir={out}", cwd=tmp_path)
+        simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=run_copy, train=lr)
+    assert snapshot(run_copy) == before
+    proc = fedshare_run(*FAST, f"run_dir={run_copy}", cwd=tmp_path)
     assert proc.returncode == 2 and "already holds a run" in proc.stderr
-    assert snapshot(out) == before
-    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=out, overwrite=True)
+    assert snapshot(run_copy) == before
+    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=run_copy, train=lr, overwrite=True)
     # the old checkpoint is gone: the one there now records the new run's settings
-    state = torch.load(out / "checkpoint.pt", weights_only=True)
-    assert state["config"]["train"]["lr"] == DATASET_TRAIN["digits"]["lr"] != 0.2
+    state = torch.load(run_copy / "checkpoint.pt", weights_only=True)
+    assert state["config"]["train"]["lr"] == 0.2 != DATASET_TRAIN["digits"]["lr"]
 
 
-def test_checkpoint_is_kept_by_default_and_can_be_turned_off(tmp_path):
-    fed = digits_federation("iid", 4)
-    simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "on")
-    assert (tmp_path / "on" / "checkpoint.pt").is_file()
+def test_checkpoint_is_kept_by_default_and_can_be_turned_off(one_round_run, tmp_path):
+    assert (one_round_run / "checkpoint.pt").is_file()  # `resume_base`: the default checkpoint
     off = {"every": 0}
+    fed = digits_federation("iid", 4)
     simulate(FedAvg(), fed, "cnn_small", rounds=1, run_dir=tmp_path / "off", checkpoint=off)
     assert not (tmp_path / "off" / "checkpoint.pt").exists()
 
