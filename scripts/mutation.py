@@ -63,7 +63,7 @@ added), a weight or scale wrong (× ↔ ÷, × ↔ +, a constant changed), a con
 negated, a loop dropped. Left out: replacements by bitwise, shift, power, modulo and
 floor-division operators and the off-by-one comparisons (< ↔ ≤): on float tensors most of them
 raise at once, which counts as killed and inflates the rate without testing anything."""
-PYTEST = "python -m pytest -x -q -p no:cacheprovider -p no:randomly"
+PYTEST = "python -m pytest -x -q -p no:cacheprovider -p no:randomly -m 'not paper and not gpu'"
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ METHODS: dict[str, Target] = {
                 "each_method_runs_and_learns[rebafl]",
             )
         )
-        + " tests/test_batched.py::test_strategies_with_per_client_state_run_batched[rebafl]",
+        + " tests/test_batched.py::test_strategies_with_per_client_state_run_batched[2-epochs-rebafl]",
     ),
     "fedpft": Target(  # fedpft.md §2: per-class GMMs by EM, the wire, sampling, the head
         {
@@ -483,7 +483,7 @@ METHODS: dict[str, Target] = {
                 "the_server_trains_the_generator_towards_what_the_weighted_heads_call_its_label",
             )
         )
-        + " tests/test_batched.py::test_strategies_with_their_own_local_loss_run_batched[fedgen]",
+        + " tests/test_batched.py::test_strategies_with_their_own_local_loss_run_batched[2-epochs-fedgen]",
     ),
     "dsfl": Target(  # specs/fedpft.md §4.3: top-K of the update, mask + values, error feedback
         {
@@ -500,7 +500,7 @@ METHODS: dict[str, Target] = {
         " tests/test_dsfl.py::test_error_feedback_keeps_the_dropped_part_per_client"
         " tests/test_dsfl.py::test_uploads_are_the_packed_sparse_updates_and_keep_one_is_fedavg"
         " tests/test_batched.py::test_strategies_with_per_client_state_run_batched"
-        "[dsfl-error-feedback]",
+        "[2-epochs-dsfl-error-feedback]",
     ),
     "fedbe": Target(  # FedBE §4: Gaussian and Dirichlet heads, mean-softmax targets, SWA
         {
