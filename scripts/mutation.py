@@ -217,7 +217,8 @@ METHODS: dict[str, Target] = {
                 "each_method_runs_and_learns[rebafl]",
             )
         )
-        + " tests/test_batched.py::test_strategies_with_per_client_state_run_batched[2-epochs-rebafl]",
+        + " tests/test_batched.py::test_strategies_with_per_client_state_run_batched"
+        "[2-epochs-rebafl]",
     ),
     "fedpft": Target(  # fedpft.md §2: per-class GMMs by EM, the wire, sampling, the head
         {
@@ -483,7 +484,8 @@ METHODS: dict[str, Target] = {
                 "the_server_trains_the_generator_towards_what_the_weighted_heads_call_its_label",
             )
         )
-        + " tests/test_batched.py::test_strategies_with_their_own_local_loss_run_batched[2-epochs-fedgen]",
+        + " tests/test_batched.py::test_strategies_with_their_own_local_loss_run_batched"
+        "[2-epochs-fedgen]",
     ),
     "dsfl": Target(  # specs/fedpft.md §4.3: top-K of the update, mask + values, error feedback
         {
