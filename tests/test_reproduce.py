@@ -712,7 +712,10 @@ def test_a_job_without_paper_numbers_runs_its_scales_own_columns_and_methods(tmp
     with pytest.raises(SystemExit):
         main(["report", str(job), str(stored), "--to", str(tmp_path / "rep")])
     text = (tmp_path / "rep" / "report.md").read_text()
-    assert "A check of its own, its own columns and rows (no paper number), metric `best`" in text
+    assert (
+        "A check of no paper table, its own columns and rows (no paper number), metric `best`"
+        in text
+    )
     assert "| avg    | 60.50 ± 0.71 (2) | 60.00 / 61.00 | 1.00" in text
     job.write_text(yaml.safe_dump({"scales": {"small": {"overrides": ["rounds=3"]}}}))
     load_job.cache_clear()

@@ -164,7 +164,9 @@ def tables_markdown(items: Sequence[Measured], stats: Sequence[str] = DEFAULT_ST
         table = load_table(numbers) if numbers else {}
         if all(i.paper is None for i in mine):  # a named check's own cells
             beside = (
-                f"beside {table.get('table', numbers)} ({numbers})" if numbers else "of its own"
+                f"beside {table.get('table', numbers)} ({numbers})"
+                if numbers
+                else "of no paper table"
             )
             parts += [
                 f"A check {beside}, its own columns and rows (no paper number), metric "
