@@ -213,7 +213,7 @@ def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Sc
         },
         cost_s={str(k): float(v) for k, v in raw.get("cost_s", {}).items()},
         note=str(raw.get("note", "")),
-        metric=raw.get("metric", defaults.get("metric")),
+        metric=raw.get("metric"),
         stats=_tuple(raw.get("stats", defaults.get("stats"))) or None,
         layout=_layout(f"scale {name}", raw.get("layout")),
         lists=_tuple(raw.get("lists")),
