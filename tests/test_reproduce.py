@@ -26,6 +26,7 @@ from fedshare.reproduce.jobs import Layout, merged, runnable_methods, scale_meth
 from fedshare.reproduce.launch import DONE, FAILED, RESTART, RESUME, state_of
 from fedshare.reproduce.measure import Measured, cell_value, curve_value, load_stored
 from fedshare.reproduce.render import (
+    column_means,
     layout_markdown,
     lists_markdown,
     stat_label,
@@ -49,7 +50,7 @@ FEDPFT_CHECKS = {  # FedPFT's claim checks (tests/test_fedpft_claims.py): its ot
 
 
 def test_every_paper_table_has_a_job_and_its_cells_cover_the_table():
-    names = available_jobs()
+    names = [n for n in available_jobs() if load_job(n).numbers]
     assert {n.split("/")[0] for n in names} == set(PAPERS)
     for name in names:
         job = load_job(name)
@@ -720,3 +721,76 @@ def test_stored_summaries_and_cells_added_to_a_stored_file(tmp_path):
             ["store", "rebafl/table1", str(runs), "--methods", "moon", "--add", "--to", str(other)]
         )
     assert stop.value.code == 2
+
+
+def test_a_job_without_paper_numbers_runs_its_scales_own_columns_and_methods(tmp_path):
+    """A job with no `numbers` (checks of no paper table, e.g. `baselines/checks`): its scales
+    name the columns and the methods, the cells compose in order, have no paper number, are
+    stored and read back; a scale without its own columns is refused."""
+    job = tmp_path / "checks.yaml"
+    job.write_text(
+        yaml.safe_dump(
+            {
+                "seeds": [0, 1],
+                "scales": {
+                    "small": {
+                        "metric": "best",
+                        "columns": {"digits partition=pat2": ["experiment=null", "data=digits"]},
+                        "overrides": ["rounds=3"],
+                        "extra_methods": {"avg": ["strategy=fedavg"], "dyn": ["strategy=feddyn"]},
+                        "stats": ["seeds", "final_accuracy"],
+                    }
+                },
+            }
+        )
+    )
+    found = cells(str(job), "small")
+    assert [(c.method, c.seed) for c in found] == [("avg", 0), ("dyn", 0), ("avg", 1), ("dyn", 1)]
+    assert found[1].overrides == (
+        "partition=pat2",
+        "rounds=3",
+        "data=digits",
+        "strategy=feddyn",
+        "seed=0",
+    )
+    for cell in found:
+        curve_run(
+            tmp_path / "runs" / cell.folder, [50.0, 60.0 + cell.seed], {"final_accuracy": 1.0}
+        )
+    items = measure(found, load_job(str(job)).numbers, tmp_path / "runs", ("seeds",), "best")
+    assert [(i.numbers, i.method, i.values) for i in items] == [
+        (None, "avg", [60.0, 61.0]),
+        (None, "dyn", [60.0, 61.0]),
+    ]
+    assert all(i.paper is None and i.comparison is None for i in items)
+    stored = tmp_path / "checks-small.json"
+    with pytest.raises(SystemExit):
+        main(["store", str(job), str(tmp_path / "runs"), "--scale", "small", "--to", str(stored)])
+    with pytest.raises(SystemExit):
+        main(["report", str(job), str(stored), "--to", str(tmp_path / "rep")])
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert (
+        "A check of no paper table, its own columns and rows (no paper number), metric `best`"
+        in text
+    )
+    assert "| avg    | 60.50 ± 0.71 (2) | 60.00 / 61.00 | 1.00" in text
+    job.write_text(yaml.safe_dump({"scales": {"small": {"overrides": ["rounds=3"]}}}))
+    load_job.cache_clear()
+    with pytest.raises(
+        FedshareError, match="needs each scale's own 'columns'; scales without: small"
+    ):
+        load_job(str(job))
+
+
+def test_column_means_are_each_rows_mean_over_its_measured_columns_beside_the_papers():
+    items = [
+        Measured("xormixfl_table2", f"xormixfl/table2 partition.target_labels=[{k}]", m, "x")
+        for m in ("xormixfl", "mixfl")
+        for k in (0, 1)
+    ]
+    for item, value in zip(items, (95.0, 90.0, 97.0, None), strict=True):
+        item.values, item.seeds = ([value], [0]) if value is not None else ([], [])
+        item.paper = (94.44, 0.0) if "[0]" in item.column else (95.84, 0.0)
+    text = column_means(items)
+    assert "| XorMixFL | 2       | 92.50          | 95.14       | 5.84" in text
+    assert "| MixFL    | 1       | 97.00          | 94.44       | 2.56" in text

@@ -32,6 +32,7 @@ from fedshare.reproduce.measure import (
     write_stored,
 )
 from fedshare.reproduce.render import (
+    column_means,
     layout_markdown,
     lists_markdown,
     plot,
@@ -66,7 +67,8 @@ def _hours(seconds: float) -> str:
 
 # ---------------------------------------------------------------------------- list
 def describe(job: Job, root: Path | None) -> list[str]:
-    lines = [f"{job.name}  (numbers: {', '.join(job.numbers)}; metric {job.metric})"]
+    numbers = ", ".join(job.numbers) or "none, checks of no paper table"
+    lines = [f"{job.name}  (numbers: {numbers}; metric {job.metric})"]
     skipped = [m for m, o in job.methods.items() if o is None]
     for scale, spec in job.scales.items():
         all_cells = cells(job.name, scale)
@@ -212,6 +214,7 @@ def render(
             head += f"Stored later (`store --add`), {', '.join(methods)}: {text}.\n\n"
     extra = [layout_markdown(items, spec.layout)] if spec.layout else []
     extra += [lists_markdown(items, spec.lists)] if spec.lists else []
+    extra += [column_means(items)] if spec.column_means else []
     text = "\n".join([tables_markdown(items, stats), *extra]).rstrip() + "\n"
     return items, head + text
 

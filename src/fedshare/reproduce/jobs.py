@@ -10,8 +10,10 @@ columns and methods that scale runs, methods of its own that are no row of the t
 under the data root, the estimated time of a cell on the project's 2-core CPU, the per-cell
 statistics `report` prints beside the metric (`stats`, top level or per scale; a named check may
 read another `metric` than its tables') and, for `report`, optionally a `layout` (the same cells
-as rows × a parameter's values, e.g. ε) and `lists` (summary keys holding a list per run, e.g.
-per-client accuracies). A column is
+as rows × a parameter's values, e.g. ε), `lists` (summary keys holding a list per run, e.g.
+per-client accuracies) and `column_means` (each row's mean over the columns). A job without
+`numbers` is a set of checks of no paper table (`baselines/checks`): each scale names its own
+columns and methods (`extra_methods`) and its cells have no paper number. A column is
 a table's `preset` (`xormixfl/table2 partition.target_labels=[0]`), a method one of the
 table's `methods` with its overrides (`fedshare.paper.compare.overrides_in`), so a cell runs as
 
@@ -37,6 +39,8 @@ from fedshare.results.grouping import listed
 
 NO_PRESET = "experiment=null"
 """A stand-in's column override that drops the paper's preset (the cell runs without one)."""
+DEFAULT_METRIC = "final_accuracy"
+"""A table's metric where its JSON names none, and a check's of no paper table."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,8 @@ class Scale:
     layout: Layout | None = None
     lists: tuple[str, ...] = ()
     """Summary keys whose value is a list per run (`report` prints it element by element)."""
+    column_means: bool = False
+    """`report` adds each row's mean over the columns beside the paper's (`render.column_means`)."""
 
 
 @dataclass(frozen=True)
@@ -98,24 +104,31 @@ class Job:
     name: str
     numbers: tuple[str, ...]
     """Paper tables (`fedshare/paper/tables/<name>.json`) the cells are compared with; the
-    first one's columns and methods make the job's cells."""
+    first one's columns and methods make the job's cells. Empty: checks of no paper table,
+    whose scales name their columns and methods."""
     description: str
     scales: Mapping[str, Scale]
 
     @property
     def columns(self) -> tuple[str, ...]:
+        if not self.numbers:
+            return ()
         return tuple(dict.fromkeys(e.preset for e in entries(self.numbers[0])))
 
     @property
     def methods(self) -> dict[str, tuple[str, ...] | None]:
         """Method → its overrides (None: the library does not run it), in table order."""
+        if not self.numbers:
+            return {}
         table = load_table(self.numbers[0])
         names = dict.fromkeys(e.method for e in entries(self.numbers[0]))
         return {m: overrides_in(table, m) for m in names}
 
     @property
     def metric(self) -> str:
-        return str(load_table(self.numbers[0]).get("metric", "final_accuracy"))
+        if not self.numbers:
+            return DEFAULT_METRIC
+        return str(load_table(self.numbers[0]).get("metric", DEFAULT_METRIC))
 
     def scale(self, name: str) -> Scale:
         if name not in self.scales:
@@ -205,6 +218,7 @@ def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Sc
         stats=_tuple(raw.get("stats", defaults.get("stats"))) or None,
         layout=_layout(f"scale {name}", raw.get("layout")),
         lists=_tuple(raw.get("lists")),
+        column_means=bool(raw.get("column_means", False)),
     )
 
 
@@ -224,8 +238,14 @@ def load_job(name: str) -> Job:
     scales = raw.get("scales") or {}
     numbers = [
         str(here.parent / n) if here is not None and n.endswith(".json") else n
-        for n in raw["numbers"]
+        for n in raw.get("numbers") or ()
     ]
+    own = [s for s, spec in scales.items() if not numbers and not (spec or {}).get("columns")]
+    if own:
+        raise FedshareError(
+            f"{name}: a job without paper tables ('numbers') needs each scale's own 'columns'; "
+            f"scales without: {', '.join(own)}"
+        )
     return Job(
         name=name,
         numbers=tuple(numbers),
@@ -304,7 +324,7 @@ def cells(
     spec = job.scale(scale)
     picked_columns = _pick("column", columns, scale_columns(job, scale))
     picked_methods = _pick("method", methods, runnable_methods(job, scale))
-    in_table = {(e.preset, e.method) for e in entries(job.numbers[0])}
+    in_table = {(e.preset, e.method) for e in entries(job.numbers[0])} if job.numbers else set()
     in_table |= {(c, m) for c in picked_columns for m in spec.extra_methods}
     method_overrides = scale_methods(job, scale)
     found = []

@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from fedshare.errors import FedshareError
 from fedshare.paper.compare import Comparison, compare, load_table
-from fedshare.reproduce.jobs import Cell
+from fedshare.reproduce.jobs import DEFAULT_METRIC, Cell
 from fedshare.reproduce.launch import DONE, state_of
 from fedshare.results.runs import load_run
 from fedshare.results.stats import finite, mean_std
@@ -61,7 +61,8 @@ StatSummary = float | dict[str, float]
 class Measured:
     """One cell (column × method) of one paper table."""
 
-    numbers: str
+    numbers: str | None
+    """The paper table; None for a check of no paper table (a job without `numbers`)."""
     column: str
     method: str
     metric: str
@@ -202,11 +203,14 @@ def measure(
     (a folder of run folders, or a stored file: `load_stored`) and, from run folders, their
     `stats` (a stored file holds its own) and the summary lists named in `lists`; `metric`
     replaces the tables' own (the cells are then a check's, with no paper number: the paper's
-    is of its own metric)."""
+    is of its own metric). No `numbers`: a check of no paper table (default metric
+    `final_accuracy`)."""
     stored = load_stored(out)["cells"] if out.is_file() else None
     found: dict[tuple[str, str, str], Measured] = {}
-    for table in numbers:
-        name = metric or str(load_table(table).get("metric", "final_accuracy"))
+    for table in numbers or [None]:
+        name = metric or str(
+            load_table(table).get("metric", DEFAULT_METRIC) if table else DEFAULT_METRIC
+        )
         for cell in cells:
             key = (table, cell.column, cell.method)
             item = found.setdefault(key, Measured(table, cell.column, cell.method, name))
@@ -227,7 +231,9 @@ def measure(
             for list_name in lists:
                 item.lists.setdefault(list_name, []).append(_run_list(run, list_name))
     for item in found.values():
-        if item.metric != load_table(item.numbers).get("metric", "final_accuracy"):
+        if item.numbers is None or item.metric != load_table(item.numbers).get(
+            "metric", DEFAULT_METRIC
+        ):
             continue
         try:
             entry_cmp = compare(item.numbers, item.column, item.method, item.mean_std[0] or 0.0)

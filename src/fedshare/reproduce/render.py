@@ -50,8 +50,10 @@ CSV_HEADERS = (
 )
 
 
-def method_name(numbers: str, method: str) -> str:
+def method_name(numbers: str | None, method: str) -> str:
     """The row's name as the paper prints it, where the table records one."""
+    if numbers is None:
+        return method
     spec = (load_table(numbers).get("methods") or {}).get(method)
     return spec if isinstance(spec, str) else method
 
@@ -183,12 +185,16 @@ def tables_markdown(items: Sequence[Measured], stats: Sequence[str] = DEFAULT_ST
     parts = []
     for numbers in dict.fromkeys(i.numbers for i in items):
         mine = [i for i in items if i.numbers == numbers]
-        table = load_table(numbers)
+        table = load_table(numbers) if numbers else {}
         if all(i.paper is None for i in mine):  # a named check's own cells
+            beside = (
+                f"beside {table.get('table', numbers)} ({numbers})"
+                if numbers
+                else "of no paper table"
+            )
             parts += [
-                f"A check beside {table.get('table', numbers)} ({numbers}), its own columns and "
-                f"rows (no paper number), metric `{mine[0].metric}`: measured mean ± sample std "
-                "(seeds)",
+                f"A check {beside}, its own columns and rows (no paper number), metric "
+                f"`{mine[0].metric}`: measured mean ± sample std (seeds)",
                 "",
                 markdown_table(*pivot(mine, check=True)),
                 "",
@@ -270,6 +276,42 @@ def lists_markdown(items: Sequence[Measured], names: Sequence[str]) -> str:
             "(seeds); `mean`: of a run's elements",
             "",
             markdown_table(headers, rows),
+            "",
+        ]
+    return "\n".join(parts)
+
+
+def column_means(items: Sequence[Measured]) -> str:
+    """Per paper table, each row's mean over the columns it was measured in, the paper's mean
+    over the same columns and the largest |measured − paper| among them."""
+    parts = []
+    for numbers in dict.fromkeys(i.numbers for i in items):
+        rows = []
+        mine = [i for i in items if i.numbers == numbers and i.mean_std[0] is not None]
+        for method in dict.fromkeys(i.method for i in mine):
+            pairs = [
+                (i.mean_std[0] or 0.0, None if i.paper is None else i.paper[0])
+                for i in mine
+                if i.method == method
+            ]
+            paper = [(m, p) for m, p in pairs if p is not None]
+            rows.append(
+                [
+                    method_name(numbers, method),
+                    str(len(pairs)),
+                    _num(statistics.fmean(m for m, _ in pairs)),
+                    _num(statistics.fmean(p for _, p in paper) if paper else None),
+                    _num(max((abs(m - p) for m, p in paper), default=None)),
+                ]
+            )
+        where = f" ({numbers})" if numbers else ""
+        parts += [
+            f"Each row over its measured columns{where}: the mean of the measured means, the "
+            "paper's mean over the same columns and the largest \\|measured − paper\\|",
+            "",
+            markdown_table(
+                ["method", "columns", "mean, measured", "mean, paper", "largest \\|Δ\\|"], rows
+            ),
             "",
         ]
     return "\n".join(parts)
