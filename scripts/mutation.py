@@ -516,7 +516,11 @@ METHODS: dict[str, Target] = {
                 "FedBE.teachers",
                 "FedBE.distill",
             ),
-            "src/fedshare/strategies/_server_distillation.py": ("ProbabilityMean.forward",),
+            "src/fedshare/strategies/_server_distillation.py": (
+                "ProbabilityMean.forward",
+                "ServerDistillation.aggregate",  # FedBE's and FedKT's server step
+                "ServerDistillation.distill_passes",
+            ),
             "src/fedshare/strategies/_feature_heads.py": (
                 "IterateAverage.add",
                 "IterateAverage.after_steps",
@@ -537,6 +541,7 @@ METHODS: dict[str, Target] = {
                 "fedbe_gaussian_teachers_follow_the_sample_weighted_heads",
                 "fedbe_distils_the_teachers_mean_probability_into_swa_from_the_chosen_step",
                 "fedbe_student_is_the_swa_average_and_reduces_to_the_last_iterate",
+                "the_server_distils_its_features_from_the_mean_or_a_fresh_head_for_the_pooled_steps",
             )
         ),
     ),
