@@ -405,7 +405,7 @@ METHODS: dict[str, Target] = {
     ),
     "fedmix": Target(
         {
-            "src/fedshare/strategies/fedmix.py": ("fedmix_loss",),
+            "src/fedshare/strategies/fedmix.py": ("fedmix_loss", "FedMix._mixed_batches"),
             "src/fedshare/functional/mixup.py": ("mix_pair",),
         },
         " ".join(
@@ -414,6 +414,7 @@ METHODS: dict[str, Target] = {
                 "code_form_is_soft_cross_entropy_on_the_beta_mix",
                 "naivemix_weighs_the_local_and_the_mean_label_by_one_minus_lambda_and_lambda",
                 "fedmix_is_the_first_order_expansion_with_its_local_term",
+                "each_local_batch_is_cut_to_the_next_batch_of_means_with_its_own_lambda",
             )
         ),
     ),
