@@ -100,6 +100,10 @@ def test_dirichlet_samples_are_convex_combinations_of_the_client_heads():
         [convex_weights(vectors, s) for s in dirichlet_heads(vectors, 0.05, 200, gen)]
     )
     assert float(sparse.max(1).values.mean()) > 0.85
+    # the draws come from the run's generator: the same stream repeats them, another does not
+    again = dirichlet_heads(vectors, 1.0, 400, torch.Generator().manual_seed(0))
+    other = dirichlet_heads(vectors, 1.0, 400, torch.Generator().manual_seed(1))
+    assert torch.equal(again, drawn) and not torch.allclose(other, drawn)
 
 
 def test_gaussian_samples_have_the_heads_weighted_mean_and_variance():
