@@ -11,9 +11,12 @@ src/fedshare/functional/) and the method's own tests. For each method the script
    `cr-filter-*` tools);
 3. checks that the test selection passes unmutated, then runs `cosmic-ray exec`: each mutant is
    applied to the copy, the selection runs (`pytest -x`), and a failing run kills the mutant;
-4. writes `<out>/<method>.json` (per mutant: module, line, operator, outcome, diff) and prints
-   the kill rate; `--recheck` runs only the survivors again against the current tests (after
-   new tests were written for them); `--report` prints the table of docs/mutation.md.
+4. keeps cosmic-ray's session databases in `<out>/<method>-sessions/` and writes
+   `<out>/<method>.json` from them (per mutant: module, line, operator, outcome, diff; per
+   module, the mutants not run) and prints the kill rate (`--collect` does this for a stopped
+   run; `--skip-done` leaves out the mutants an earlier record holds, to finish it);
+   `--recheck` runs only the survivors again against the current tests (after new tests were
+   written for them); `--report` prints the table of docs/mutation.md.
 
 Not the default test tier: it runs the selection once per mutant (minutes per method).
 
@@ -21,6 +24,8 @@ Not the default test tier: it runs the selection once per mutant (minutes per me
     python scripts/mutation.py fedntd feddecorr --out runs/mutation
     python scripts/mutation.py --out runs/mutation --report
     python scripts/mutation.py flea --only soft_cross_entropy --out runs/mutation/part
+    python scripts/mutation.py flea --collect --out runs/mutation      # a stopped run's part
+    python scripts/mutation.py flea --skip-done old/flea.json --out runs/mutation/rest
 """
 
 import argparse
@@ -401,7 +406,7 @@ METHODS: dict[str, Target] = {
     ),
     "fedmix": Target(
         {
-            "src/fedshare/strategies/fedmix.py": ("fedmix_loss",),
+            "src/fedshare/strategies/fedmix.py": ("fedmix_loss", "FedMix._mixed_batches"),
             "src/fedshare/functional/mixup.py": ("mix_pair",),
         },
         " ".join(
@@ -410,6 +415,7 @@ METHODS: dict[str, Target] = {
                 "code_form_is_soft_cross_entropy_on_the_beta_mix",
                 "naivemix_weighs_the_local_and_the_mean_label_by_one_minus_lambda_and_lambda",
                 "fedmix_is_the_first_order_expansion_with_its_local_term",
+                "each_local_batch_is_cut_to_the_next_batch_of_means_with_its_own_lambda",
             )
         ),
     ),
@@ -513,7 +519,11 @@ METHODS: dict[str, Target] = {
                 "FedBE.teachers",
                 "FedBE.distill",
             ),
-            "src/fedshare/strategies/_server_distillation.py": ("ProbabilityMean.forward",),
+            "src/fedshare/strategies/_server_distillation.py": (
+                "ProbabilityMean.forward",
+                "ServerDistillation.aggregate",  # FedBE's and FedKT's server step
+                "ServerDistillation.distill_passes",
+            ),
             "src/fedshare/strategies/_feature_heads.py": (
                 "IterateAverage.add",
                 "IterateAverage.after_steps",
@@ -534,6 +544,7 @@ METHODS: dict[str, Target] = {
                 "fedbe_gaussian_teachers_follow_the_sample_weighted_heads",
                 "fedbe_distils_the_teachers_mean_probability_into_swa_from_the_chosen_step",
                 "fedbe_student_is_the_swa_average_and_reduces_to_the_last_iterate",
+                "the_server_distils_its_features_from_the_mean_or_a_fresh_head_for_the_pooled_steps",
             )
         ),
     ),
@@ -575,8 +586,14 @@ def copy_tree(destination: Path) -> None:
             shutil.copy2(source, target)
 
 
-def skip_outside(session: Path, module: str, ranges: list[tuple[int, int]]) -> int:
-    """Mark the session's mutants outside `ranges` skipped; the number kept."""
+MutantKey = tuple[str, str, int]
+"""(module, operator, occurrence): one mutant of an unchanged module."""
+
+
+def skip_outside(
+    session: Path, module: str, ranges: list[tuple[int, int]], done: set[MutantKey]
+) -> int:
+    """Mark the session's mutants outside `ranges`, or in `done`, skipped; the number kept."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
@@ -589,19 +606,31 @@ def skip_outside(session: Path, module: str, ranges: list[tuple[int, int]]) -> i
                 any(first <= start and end <= last for first, last in ranges)
                 for start, end in lines
             )
-            if inside:
+            first = item.mutations[0]
+            if inside and (module, first.operator_name, first.occurrence) not in done:
                 kept += 1
             else:
                 skipped.append(item.job_id)
         if skipped:
             result = WorkResult(
-                output=f"outside {module}'s core", worker_outcome=WorkerOutcome.SKIPPED
+                output=f"outside {module}'s core or run before",
+                worker_outcome=WorkerOutcome.SKIPPED,
             )
             db.set_multiple_results(skipped, result)
     return kept
 
 
-def results(session: Path) -> list[dict]:
+def done_mutants(records: list[Path]) -> set[MutantKey]:
+    """The mutants of earlier runs' `<method>.json` records (to finish a stopped run)."""
+    return {
+        (row["module"], row["operator"], row["occurrence"])
+        for record in records
+        for row in json.loads(record.read_text())["mutants"]
+    }
+
+
+def results(session: Path) -> tuple[list[dict], int]:
+    """The session's mutants run (skipped ones left out) and the number not run yet."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome
 
@@ -622,13 +651,47 @@ def results(session: Path) -> list[dict]:
                     "diff": result.diff,
                 }
             )
-    return rows
+        pending = sum(1 for _ in db.pending_work_items)
+    return rows, pending
 
 
-def run_method(name: str, target: Target, out: Path, timeout: float) -> None:
+def sessions_of(name: str, out: Path) -> Path:
+    """The folder of a method's cosmic-ray session databases (one per module)."""
+    return out / f"{name}-sessions"
+
+
+def collect(name: str, target: Target, out: Path) -> None:
+    """Write `<out>/<method>.json` from the method's session databases: the mutants run so
+    far (a stopped run's are a random sample: cosmic-ray runs a session in random order) and,
+    per module, the number not run."""
+    rows: list[dict] = []
+    not_run: dict[str, int] = {}
+    for i, module in enumerate(target.modules):
+        session = sessions_of(name, out) / f"mutation-{i}.sqlite"
+        if session.exists():
+            done, not_run[module] = results(session)
+            rows += done
+    record = {
+        "method": name,
+        "tests": target.tests,
+        "modules": target.modules,
+        "not_run": not_run,
+        "mutants": rows,
+    }
+    (out / f"{name}.json").write_text(json.dumps(record, indent=1))
+    killed = sum(r["outcome"] == "killed" for r in rows)
+    print(f"{name}: {killed} / {len(rows)} mutants killed; not run: {not_run}", flush=True)
+    for r in rows:
+        if r["outcome"] == "survived":
+            print(f"  survived {r['module']}:{r['line']} {r['operator']}\n{r['diff']}")
+
+
+def run_method(name: str, target: Target, out: Path, timeout: float, done: set[MutantKey]) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cosmic_ray = Path(sys.executable).with_name("cosmic-ray")
-    rows: list[dict] = []
+    sessions = sessions_of(name, out)
+    shutil.rmtree(sessions, ignore_errors=True)
+    sessions.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix=f"mutation-{name}-") as scratch:
         work = Path(scratch)
         copy_tree(work)
@@ -649,20 +712,20 @@ def run_method(name: str, target: Target, out: Path, timeout: float) -> None:
                 f"test-command = {json.dumps(command)}\n"
                 '[cosmic-ray.distributor]\nname = "local"\n'
             )
-            session = work / f"mutation-{i}.sqlite"
+            session = (sessions / f"mutation-{i}.sqlite").resolve()
             subprocess.run([cosmic_ray, "init", config, session], cwd=work, env=env, check=True)
-            kept = skip_outside(session, module, function_lines(work / module, functions))
+            ranges = function_lines(work / module, functions)
+            kept = skip_outside(session, module, ranges, done)
             print(f"{name}: {module}: {kept} mutants in {', '.join(functions)}", flush=True)
-            subprocess.run([cosmic_ray, "exec", config, session], cwd=work, env=env, check=True)
-            rows += results(session)
-    out.mkdir(parents=True, exist_ok=True)
-    record = {"method": name, "tests": target.tests, "modules": target.modules, "mutants": rows}
-    (out / f"{name}.json").write_text(json.dumps(record, indent=1))
-    killed = sum(r["outcome"] == "killed" for r in rows)
-    print(f"{name}: {killed} / {len(rows)} mutants killed", flush=True)
-    for r in rows:
-        if r["outcome"] == "survived":
-            print(f"  survived {r['module']}:{r['line']} {r['operator']}\n{r['diff']}")
+        for i in range(len(target.modules)):
+            session = (sessions / f"mutation-{i}.sqlite").resolve()
+            subprocess.run(
+                [cosmic_ray, "exec", work / f"mutation-{i}.toml", session],
+                cwd=work,
+                env=env,
+                check=True,
+            )
+    collect(name, target, out)
 
 
 def recheck_method(name: str, target: Target, out: Path, timeout: float) -> None:
@@ -725,6 +788,19 @@ def main() -> None:
     parser.add_argument(
         "--recheck", action="store_true", help="run only the survivors again (after new tests)"
     )
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="write <out>/<method>.json from a stopped run's session databases",
+    )
+    parser.add_argument(
+        "--skip-done",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="JSON",
+        help="leave out the mutants of these earlier records (the modules unchanged since)",
+    )
     args = parser.parse_args()
     if args.report:
         report(args.out)
@@ -732,9 +808,15 @@ def main() -> None:
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         raise SystemExit(f"unknown method {unknown[0]!r}; valid: {', '.join(METHODS)}")
+    done = done_mutants(args.skip_done)
     for name in args.methods or list(METHODS):
-        step = recheck_method if args.recheck else run_method
-        step(name, restricted(METHODS[name], args.only), args.out, args.timeout)
+        target = restricted(METHODS[name], args.only)
+        if args.collect:
+            collect(name, target, args.out)
+        elif args.recheck:
+            recheck_method(name, target, args.out, args.timeout)
+        else:
+            run_method(name, target, args.out, args.timeout, done)
 
 
 def restricted(target: Target, only: list[str] | None) -> Target:

@@ -8,9 +8,11 @@ import torch
 
 from fedshare import simulate
 from fedshare.data import federate, load_dataset
+from fedshare.engine.messages import Update
+from fedshare.engine.rng import torch_generator
 from fedshare.engine.training import fit
 from fedshare.strategies import make_strategy
-from fedshare.strategies._feature_heads import IterateAverage, head_vector
+from fedshare.strategies._feature_heads import IterateAverage, extract, fresh_head, head_vector
 from fedshare.strategies._server_distillation import ProbabilityMean
 from fedshare.strategies.fedbe import dirichlet_heads, gaussian_heads
 from fedshare.strategies.fedkt import majority_vote
@@ -98,6 +100,10 @@ def test_dirichlet_samples_are_convex_combinations_of_the_client_heads():
         [convex_weights(vectors, s) for s in dirichlet_heads(vectors, 0.05, 200, gen)]
     )
     assert float(sparse.max(1).values.mean()) > 0.85
+    # the draws come from the run's generator: the same stream repeats them, another does not
+    again = dirichlet_heads(vectors, 1.0, 400, torch.Generator().manual_seed(0))
+    other = dirichlet_heads(vectors, 1.0, 400, torch.Generator().manual_seed(1))
+    assert torch.equal(again, drawn) and not torch.allclose(other, drawn)
 
 
 def test_gaussian_samples_have_the_heads_weighted_mean_and_variance():
@@ -231,3 +237,63 @@ def test_fedbe_student_is_the_swa_average_and_reduces_to_the_last_iterate():
     assert torch.equal(last_only.strategy.head.weight, plain.strategy.head.weight)
     assert not torch.allclose(swa.strategy.head.weight, plain.strategy.head.weight, atol=1e-4)
     assert swa.final_accuracy > 30.0
+
+
+# ----------------------------------------------------------- the server's step (both methods)
+@pytest.mark.parametrize("student_init", ["mean", "fresh"])
+def test_the_server_distils_its_features_from_the_mean_or_a_fresh_head_for_the_pooled_steps(
+    monkeypatch, student_init
+):
+    """ServerDistillation.aggregate: the teachers are built from the heads with samples while
+    `head` is their sample-weighted mean; the student starts there (`mean`) or at the seeded
+    fresh head; it is distilled on the server's features for ⌈E·⌈N/B⌉ / ⌈S/B⌉⌉ passes (N the
+    pooled sample count, S the server's inputs, B the batch); E = 0 distils nothing."""
+    strategy = run("fedbe", {"distill_epochs": 0, "student_init": student_init}).strategy
+    d, classes = strategy.head.in_features, strategy.head.out_features
+    vectors = torch.randn(3, classes * d + classes, generator=torch.Generator().manual_seed(2))
+    updates = [
+        Update(0, 100, weights=vectors[0]),
+        Update(1, 1, weights=vectors[1]),  # a head of one sample counts
+        Update(2, 0, weights=vectors[2]),  # no samples: neither averaged nor a teacher
+    ]
+    mean = (100 * vectors[0] + vectors[1]) / 101
+    seen = {}
+
+    def teachers(heads):
+        seen["heads"], seen["head_then"] = heads, head_vector(strategy.head, torch.float32)
+        return ["t1", "t2"]
+
+    def distill(teachers, feats, gen):
+        seen.update(teachers=teachers, feats=feats, gen=gen.initial_seed())
+        seen["start"] = head_vector(strategy.head, torch.float32)
+        return torch.tensor(0.25)
+
+    monkeypatch.setattr(strategy, "teachers", teachers)
+    monkeypatch.setattr(strategy, "distill", distill)
+    strategy.aggregate(updates, 0)  # distill_epochs = 0: the mean head only
+    assert not seen and "teachers" not in strategy.round_metrics
+    torch.testing.assert_close(head_vector(strategy.head, torch.float32), mean)
+
+    strategy.distill_epochs = 5
+    strategy.aggregate(updates, 0)
+    assert [w for _, w in seen["heads"]] == [100.0, 1.0]
+    assert all(torch.equal(v, u) for (v, _), u in zip(seen["heads"], vectors[:2], strict=True))
+    torch.testing.assert_close(seen["head_then"], mean)
+    x, _ = strategy.data.server_batch()
+    assert torch.equal(seen["feats"], extract(strategy.model, x, strategy.l2_normalize))
+    seed = strategy.config.seed
+    assert seen["gen"] == torch_generator(seed, "fedbe/server").initial_seed()
+    if student_init == "mean":
+        torch.testing.assert_close(seen["start"], mean)
+    else:
+        fresh = fresh_head(d, classes, torch_generator(seed, "oneshot/head_init"), "cpu")
+        torch.testing.assert_close(seen["start"], head_vector(fresh, torch.float32))
+    # 101 pooled samples in batches of 64: 2 steps an epoch, 10 in all; 200 server inputs: 4 a
+    # pass, so 3 passes
+    assert strategy.passes == 3 and seen["teachers"] == ["t1", "t2"]
+    assert strategy.round_metrics["teachers"] == 2
+    assert strategy.round_metrics["distill_passes"] == 3
+    assert strategy.round_metrics["distill_loss"] == 0.25
+    strategy.head_budget = "epochs"  # E passes over the server's inputs
+    strategy.aggregate(updates, 0)
+    assert strategy.passes == 5

@@ -1,11 +1,14 @@
 """FedMix's three losses (strategies/fedmix.py) against closed forms on a linear model: FLea's
 code form, and NaiveMix and FedMix of Yoon et al. 2021 (docs/flea.md, "FedMix's loss")."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from fedshare import api
+from fedshare.engine.rng import numpy_rng, torch_generator
 from fedshare.strategies import make_strategy
 from fedshare.strategies.fedmix import fedmix_loss
 from helpers import digits_federation
@@ -98,3 +101,54 @@ def test_a_bad_form_or_lambda_is_refused():
     ):
         with pytest.raises(Exception, match=match):
             api.simulate(make_strategy("fedmix", params), data, "cnn_small", rounds=1)
+
+
+@pytest.mark.parametrize(
+    ("form", "per_sample"), [("code", False), ("code", True), ("naivemix", False)]
+)
+def test_each_local_batch_is_cut_to_the_next_batch_of_means_with_its_own_lambda(form, per_sample):
+    """`_mixed_batches`: batch t of local data pairs row by row with the next batch of an endless
+    reshuffled pass over the received means (the client's `pool` stream), both cut to the
+    shorter; λ ~ Beta(a, a) from its `mixup` stream, once per batch or per sample (`code`), else
+    `mix_lambda`; a client without means gets None (plain local training)."""
+    seed, round_idx, cid, a = 4, 2, 1, 0.5
+    gen = torch.Generator().manual_seed(3)
+    means = torch.randn(7, D, generator=gen)
+    label_means = torch.softmax(torch.randn(7, C, generator=gen), -1)
+    local = [(torch.randn(n, D, generator=gen), torch.arange(n) % C) for n in (5, 5, 3)]
+
+    def client(pool):
+        return SimpleNamespace(
+            kept={} if pool is None else {"distribute": SimpleNamespace(payload=pool)},
+            train=SimpleNamespace(batch_size=5),
+            rng=lambda purpose: torch_generator(seed, f"train/{purpose}", round_idx, cid),
+            device="cpu",
+            seed=seed,
+            phase="train",
+            round=round_idx,
+            id=cid,
+            batches=lambda: iter(local),
+        )
+
+    params = {"form": form, "beta_a": a, "beta_per_sample": per_sample, "mix_lambda": 0.2}
+    strategy = make_strategy("fedmix", params)
+    got = list(strategy._mixed_batches(client({"means": means, "label_means": label_means})))
+    order = torch_generator(seed, "train/pool", round_idx, cid)
+    first, second = torch.randperm(7, generator=order), torch.randperm(7, generator=order)
+    takes = [first[:5], first[5:], second[:3]]  # batches of 5 over 7 means, a new pass at 3
+    draws = numpy_rng(seed, "train/mixup", round_idx, cid)
+    assert len(got) == 3
+    for (x, y), take, batch in zip(local, takes, got, strict=True):
+        n = len(take)
+        if form == "naivemix":
+            lam = torch.full((n,), 0.2)
+        else:
+            lam = torch.from_numpy(draws.beta(a, a, size=n if per_sample else 1)).float()
+            lam = lam.expand(n)
+        for have, want in zip(
+            batch, (x[:n], y[:n], means[take], label_means[take], lam), strict=True
+        ):
+            assert torch.equal(have, want)
+    assert strategy._mixed_batches(client(None)) is None
+    empty = {"means": means[:0], "label_means": label_means[:0]}
+    assert strategy._mixed_batches(client(empty)) is None
