@@ -25,8 +25,6 @@ LABELS = {
     "wall_time_s": "s / run",
     "best_round": "best round",
     "cpu_time_s": "CPU s / run",
-    "command_wall_s": "command wall s",
-    "command_cpu_s": "command CPU s",
     "bytes_sent": "bytes sent",
     "bytes_sent/1e6": "MB sent",
     PER_SEED: "per seed",
