@@ -114,7 +114,8 @@ def test_fedpft_cpu_one_shot_close_to_centralized(tmp_path):
 
 @pytest.mark.slow
 def test_xormixfl_cpu_beats_vanilla_fl_on_the_missing_label(tmp_path):
-    """XorMixFL Table 2: the server's missing label 9 is learnt better than by one-shot FedAvg."""
+    """XorMixFL Table 2: the labels the server lacks (0 and 2) are learnt better than by one-shot
+    FedAvg."""
     result = gaps("xormixfl", "target_label_accuracy", tmp_path)
     assert min(result) > XORMIXFL_MARGIN, result
 
