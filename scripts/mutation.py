@@ -87,6 +87,8 @@ METHODS: dict[str, Target] = {
                 "FedAA.identifier_message",
                 "FedAA.identifier_of",
                 "FedAA.adversarial_loss",
+                "FedAA._train_identifiers",
+                "FedAA.second_pass",
             ),
             "src/fedshare/strategies/_identifier.py": ("identifier_loss",),
         },
@@ -100,6 +102,9 @@ METHODS: dict[str, Target] = {
                 "finetune_uses_only_the_other_clients_examples",
                 "each_client_is_sent_the_identifier_that_scores_its_own_examples_highest",
                 "non_i_keeps_the_first_aggregations_model_path",
+                "each_identifier_trains_on_f_avgs_features_of_all_examples_and_the_round_logs"
+                "_the_mean",
+                "both_client_phases_run_batched_as_serially",  # the serial second pass
             )
         ),
     ),
@@ -417,7 +422,8 @@ METHODS: dict[str, Target] = {
                 "fedmix_is_the_first_order_expansion_with_its_local_term",
                 "each_local_batch_is_cut_to_the_next_batch_of_means_with_its_own_lambda",
             )
-        ),
+        )
+        + " tests/test_flea.py::test_mixup_identities",  # mix_pair's own test
     ),
     "ccvr": Target(  # Luo et al. 2021, §4: class Gaussians pooled exactly, virtual features
         {
