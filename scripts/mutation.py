@@ -98,12 +98,12 @@ METHODS: dict[str, Target] = {
                 "the_second_pass_uses_the_received_identifier_exactly_when_lambda_is_positive",
                 "eq7_is_ce_plus_weighted_softplus_of_the_identifiers_logit_with_its_gradient",
                 "identifier_loss_is_eq6_with_separate_means",
+                "each_identifier_trains_on_f_avgs_features_of_all_examples_and_the_round_logs"
+                "_the_mean",
                 "finetune_fits_the_other_clients_labels_with_local_trainings_optimizer",
                 "finetune_uses_only_the_other_clients_examples",
                 "each_client_is_sent_the_identifier_that_scores_its_own_examples_highest",
                 "non_i_keeps_the_first_aggregations_model_path",
-                "each_identifier_trains_on_f_avgs_features_of_all_examples_and_the_round_logs"
-                "_the_mean",
                 "both_client_phases_run_batched_as_serially",  # the serial second pass
             )
         ),
