@@ -224,6 +224,7 @@ METHODS: dict[str, Target] = {
                 "a_batched_chunk_of_clients_with_different_eps_steps_each_client_serially",
                 "rebafl_shares_only_prototypes_of_held_classes",
                 "one_class_clients_share_and_augment_only_when_the_minimum_allows",
+                "a_class_of_one_sample_counts_towards_the_minimum_for_sharing",
                 "each_method_runs_and_learns[rebafl]",
             )
         )
