@@ -87,6 +87,8 @@ METHODS: dict[str, Target] = {
                 "FedAA.identifier_message",
                 "FedAA.identifier_of",
                 "FedAA.adversarial_loss",
+                "FedAA._train_identifiers",
+                "FedAA.second_pass",
             ),
             "src/fedshare/strategies/_identifier.py": ("identifier_loss",),
         },
@@ -96,10 +98,13 @@ METHODS: dict[str, Target] = {
                 "the_second_pass_uses_the_received_identifier_exactly_when_lambda_is_positive",
                 "eq7_is_ce_plus_weighted_softplus_of_the_identifiers_logit_with_its_gradient",
                 "identifier_loss_is_eq6_with_separate_means",
+                "each_identifier_trains_on_f_avgs_features_of_all_examples_and_the_round_logs"
+                "_the_mean",
                 "finetune_fits_the_other_clients_labels_with_local_trainings_optimizer",
                 "finetune_uses_only_the_other_clients_examples",
                 "each_client_is_sent_the_identifier_that_scores_its_own_examples_highest",
                 "non_i_keeps_the_first_aggregations_model_path",
+                "both_client_phases_run_batched_as_serially",  # the serial second pass
             )
         ),
     ),
@@ -219,6 +224,7 @@ METHODS: dict[str, Target] = {
                 "a_batched_chunk_of_clients_with_different_eps_steps_each_client_serially",
                 "rebafl_shares_only_prototypes_of_held_classes",
                 "one_class_clients_share_and_augment_only_when_the_minimum_allows",
+                "a_class_of_one_sample_counts_towards_the_minimum_for_sharing",
                 "each_method_runs_and_learns[rebafl]",
             )
         )
@@ -417,7 +423,8 @@ METHODS: dict[str, Target] = {
                 "fedmix_is_the_first_order_expansion_with_its_local_term",
                 "each_local_batch_is_cut_to_the_next_batch_of_means_with_its_own_lambda",
             )
-        ),
+        )
+        + " tests/test_flea.py::test_mixup_identities",  # mix_pair's own test
     ),
     "ccvr": Target(  # Luo et al. 2021, §4: class Gaussians pooled exactly, virtual features
         {

@@ -25,6 +25,7 @@ from fedshare.functional.fooling import Box, fool
 from fedshare.models import build_model
 from fedshare.privacy.dcor import distance_correlation
 from fedshare.strategies import FedAA, FedAvg
+from fedshare.strategies import fedaa as fedaa_module
 from fedshare.strategies._identifier import (
     SLOPE,
     ClientIdentifier,
@@ -344,7 +345,7 @@ def _spied_round(strategy: FedAA, rounds: int = 1) -> dict:
 
     strategy._synthesise, strategy.server_step = spy_synthesise, spy_step
     strategy.identifier_message = spy_message
-    fedaa_run(strategy, rounds=rounds)
+    seen["history"] = fedaa_run(strategy, rounds=rounds).history
     return seen
 
 
@@ -368,6 +369,42 @@ def test_each_client_is_sent_the_identifier_that_scores_its_own_examples_highest
             }
         assert max(means, key=means.get) == cid, (cid, means)
         assert means[cid] > 0 > max(v for k, v in means.items() if k != cid)
+
+
+def test_each_identifier_trains_on_f_avgs_features_of_all_examples_and_the_round_logs_the_mean(
+    monkeypatch,
+):
+    """Eq. 6's training set: F_avg's frozen features of every client's examples, client k's
+    block as I_k's positives, Adam with the configured settings; the round logs the mean over
+    the clients of each identifier's loss before and after and its balanced accuracy."""
+    calls = []
+
+    def spy(identifier, features, own, epochs, batch_size, lr, betas, generator):
+        stats = train_identifier(
+            identifier, features, own, epochs, batch_size, lr, betas, generator
+        )
+        calls.append((features.clone(), own.clone(), (epochs, batch_size, lr, tuple(betas)), stats))
+        return stats
+
+    monkeypatch.setattr(fedaa_module, "train_identifier", spy)
+    strategy = FedAA(**QUICK, identifier_lr=1e-3, identifier_betas=[0.6, 0.8])
+    seen = _spied_round(strategy)
+    examples, f_avg = list(seen["examples"][0].values()), seen["f_avg"][0]
+    assert len(calls) == len(examples) == 4
+    with torch.no_grad():
+        features = torch.cat([f_avg.features(x).flatten(1) for x, _ in examples])
+    sizes = [len(y) for _, y in examples]
+    for i, (got, own, settings, _) in enumerate(calls):
+        torch.testing.assert_close(got, features)
+        block = torch.zeros(sum(sizes), dtype=torch.bool)
+        block[sum(sizes[:i]) : sum(sizes[: i + 1])] = True
+        assert torch.equal(own, block)
+        assert settings == (QUICK["identifier_epochs"], 256, 1e-3, (0.6, 0.8))
+    record = seen["history"][0]
+    for j, key in enumerate(
+        ("identifier_loss_start", "identifier_loss_end", "identifier_balanced_accuracy")
+    ):
+        assert record[key] == pytest.approx(np.mean([stats[j] for *_, stats in calls]))
 
 
 def _client_side(strategy: FedAA, model: nn.Module) -> FedAA:

@@ -479,6 +479,24 @@ def test_one_class_clients_share_and_augment_only_when_the_minimum_allows():
     assert allowed.history[1]["augmented"] == 1.0
 
 
+def test_a_class_of_one_sample_counts_towards_the_minimum_for_sharing():
+    """§7.4: a client's classes are those it holds a sample of: with the minimum at two, a
+    client with one sample of its second class shares its data (Eqs. 18, 21); with a single
+    class it does not."""
+    strategy = ReBaFL(mu=1.0, min_classes_for_aug=2)
+    strategy.num_classes, strategy.dim = 3, 4
+
+    def plan(labels: torch.Tensor):
+        data = (torch.randn(len(labels), 4), labels)
+        client = SimpleNamespace(
+            id=0, labels=labels, num_classes=3, device=torch.device("cpu"), data=lambda: data
+        )
+        return strategy._plan(client, None, Message())
+
+    assert plan(torch.tensor([0, 0, 0, 0, 2])).data is not None
+    assert plan(torch.tensor([0, 0, 0, 0])).data is None
+
+
 def test_a_batched_chunk_of_clients_with_different_eps_steps_each_client_serially():
     """§7.15: the batched step shares one ε per chunk, so a chunk whose clients differ in ε runs
     `client_update` client by client, and a chunk with one ε steps batched."""
