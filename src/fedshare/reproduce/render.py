@@ -281,7 +281,7 @@ def lists_markdown(items: Sequence[Measured], names: Sequence[str]) -> str:
 
 def column_means(items: Sequence[Measured]) -> str:
     """Per paper table, each row's mean over the columns it was measured in, the paper's mean
-    over the same columns and the largest |measured − paper| among them."""
+    over those of them with a paper number and the largest |measured − paper| among those."""
     parts = []
     for numbers in dict.fromkeys(i.numbers for i in items):
         rows = []
