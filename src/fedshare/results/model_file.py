@@ -53,6 +53,9 @@ class RawInputModel(nn.Module):
     `fedshare.engine.evaluation.evaluate(model.network, dataset)`.
     """
 
+    mean: torch.Tensor
+    std: torch.Tensor
+
     def __init__(
         self,
         network: nn.Module,
