@@ -29,7 +29,13 @@ import fedshare
 METHODS = {"fedavg": "FedAvg", "fedprox": "FedProx", "flea": "FLea", "fedmix": "FedMix"}
 SEEDS = [0, 1, 2]
 SPLIT = {"name": "pathological", "classes_per_client": 2, "per_class": 80}
-TRAIN = {"local_epochs": 1, "batch_size": 32, "lr": 0.05, "momentum": 0.9}
+TRAIN = {
+    "local_epochs": 1,
+    "batch_size": 32,
+    "optimizer": "sgd",
+    "lr": 0.05,
+    "momentum": 0.9,
+}
 
 summaries: dict[str, list[dict]] = {name: [] for name in METHODS}
 for seed in SEEDS:

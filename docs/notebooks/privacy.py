@@ -22,8 +22,9 @@
 #   activations reached the receiver, and the share of each client's samples that were ever
 #   shared.
 #
-# The setting: digits, 10 clients × 2 classes × 80 samples, half of them a round, 8 rounds,
-# the small CNN (FLea's split after `conv1`), against FedAvg on the same split.
+# The setting: `experiment=flea/cpu` cut to 10 rounds — digits, 10 clients × 2 classes × 80
+# samples, half of them a round, E = 2, SGD 0.05 with momentum 0.9, the small CNN (FLea's
+# split after `conv1`) — against FedAvg on the same split.
 
 # %%
 import matplotlib.pyplot as plt
@@ -35,8 +36,11 @@ from fedshare.privacy.exposure import expected_pair_exposure
 
 SPLIT = {"name": "pathological", "classes_per_client": 2, "per_class": 80}
 data = fedshare.federate(fedshare.load_dataset({"name": "digits"}), SPLIT, 10, seed=0)
+TRAIN = {"local_epochs": 2, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "momentum": 0.9}
 runs = {
-    name: fedshare.simulate(name, data, "cnn_small", rounds=8, seed=0, clients={"fraction": 0.5})
+    name: fedshare.simulate(
+        name, data, "cnn_small", rounds=10, seed=0, clients={"fraction": 0.5}, train=TRAIN
+    )
     for name in ["flea", "fedavg"]
 }
 flea = runs["flea"]
