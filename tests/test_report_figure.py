@@ -51,3 +51,10 @@ def test_a_long_title_wraps_and_stays_inside_the_figure():
     fig.canvas.draw()
     box, page = title.get_window_extent(), fig.bbox
     assert page.x0 <= box.x0 and box.x1 <= page.x1 and box.y1 <= page.y1
+
+
+def test_cells_of_several_columns_are_named_with_their_column():
+    other = cell("fedavg", [50.0], 55.0)
+    other.column = "digits_dir0.1"
+    fig = figure([cell("fedavg", [60.0], 70.0), other], "t")
+    assert {"fedavg · digits_pat2_m80", "fedavg · digits_dir0.1"} <= set(drawn_text(fig))

@@ -406,13 +406,15 @@ def _against_paper(ax: "Axes", shown: Sequence[Measured]) -> None:
         for i in shown
         if i.paper is not None and i.mean_std[0] is not None
     ]
+    labels = _cell_labels([p[0] for p in points])
     for numbers in dict.fromkeys(p[0].numbers for p in points):
-        mine = [p for p in points if p[0].numbers == numbers]
-        xs, ys, errors = [p[1] for p in mine], [p[2] for p in mine], [p[3] for p in mine]
-        ax.errorbar(xs, ys, yerr=errors, fmt="o", capsize=3, label=numbers)
-        for item, x, y, _ in mine:
-            name = method_name(numbers, item.method)
-            ax.annotate(name, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7)
+        mine = [
+            (p, label) for p, label in zip(points, labels, strict=True) if p[0].numbers == numbers
+        ]
+        xs, ys = [p[1] for p, _ in mine], [p[2] for p, _ in mine]
+        ax.errorbar(xs, ys, yerr=[p[3] for p, _ in mine], fmt="o", capsize=3, label=numbers)
+        for x, y, label in zip(xs, ys, [label for _, label in mine], strict=True):
+            ax.annotate(label, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7)
     values = [v for p in points for v in (p[1], p[2])]
     low, high = min(values) - 5, max(values) + 5
     ax.plot([low, high], [low, high], color="grey", lw=1)
@@ -424,13 +426,7 @@ def _against_paper(ax: "Axes", shown: Sequence[Measured]) -> None:
 
 def _measured_cells(ax: "Axes", shown: Sequence[Measured]) -> None:
     """One row per cell (no paper number to stand against): its mean ± std over seeds."""
-    columns = dict.fromkeys(i.column for i in shown)
-    names = column_names(list(columns))
-    labels = [
-        method_name(i.numbers, i.method)
-        + ("" if len(columns) == 1 else f" · {names.get(i.column, i.column)}")
-        for i in shown
-    ]
+    labels = _cell_labels(shown)
     rows = list(range(len(shown)))[::-1]  # the first cell on top
     means = [i.mean_std[0] if i.mean_std[0] is not None else float("nan") for i in shown]
     ax.errorbar(means, rows, xerr=[i.mean_std[1] or 0.0 for i in shown], fmt="o", capsize=3)
@@ -439,3 +435,14 @@ def _measured_cells(ax: "Axes", shown: Sequence[Measured]) -> None:
     metrics = ", ".join(dict.fromkeys(i.metric for i in shown))
     ax.set_xlabel(f"measured {metrics} (mean ± std over seeds; no paper number)")
     ax.grid(axis="x", alpha=0.3)
+
+
+def _cell_labels(items: Sequence[Measured]) -> list[str]:
+    """Each cell's name on the figure: its method as the paper prints it, and where the cells
+    span several columns its column (the value alone for a `key=value` column)."""
+    columns = dict.fromkeys(i.column for i in items)
+    names = {c: name.rsplit("=", 1)[-1] for c, name in column_names(list(columns)).items()}
+    return [
+        method_name(i.numbers, i.method) + ("" if len(columns) == 1 else f" · {names[i.column]}")
+        for i in items
+    ]
