@@ -219,7 +219,7 @@ def _groups(items: Sequence[Measured]) -> list[tuple[str, list[Measured]]]:
     several_tables, several_columns = len({n for n, _ in keys}) > 1, len(names) > 1
     groups = []
     for numbers, column in keys:
-        where = [numbers] * several_tables + [f"column `{names[column]}`"] * several_columns
+        where = [str(numbers)] * several_tables + [f"column `{names[column]}`"] * several_columns
         caption = f" ({', '.join(where)})" if where else ""
         mine = [i for i in items if (i.numbers, i.column) == (numbers, column)]
         groups.append((caption, mine))
@@ -371,18 +371,22 @@ def plot(items: Sequence[Measured], path: Path, title: str) -> None:
     fig = Figure(figsize=(5.5, 5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    shown = [i for i in items if i.paper is not None and i.n]
-    for numbers in dict.fromkeys(i.numbers for i in shown):
-        mine = [i for i in shown if i.numbers == numbers]
+    shown = [
+        (i, i.paper[0], mean)  # a measured cell (n > 0) has a mean
+        for i in items
+        if i.paper is not None and i.n and (mean := i.mean_std[0]) is not None
+    ]
+    for numbers in dict.fromkeys(i.numbers for i, _, _ in shown):
+        mine = [(i, paper, mean) for i, paper, mean in shown if i.numbers == numbers]
         ax.errorbar(
-            [i.paper[0] for i in mine],  # type: ignore[index]
-            [i.mean_std[0] for i in mine],
-            yerr=[i.mean_std[1] or 0.0 for i in mine],
+            [paper for _, paper, _ in mine],
+            [mean for _, _, mean in mine],
+            yerr=[i.mean_std[1] or 0.0 for i, _, _ in mine],
             fmt="o",
             capsize=3,
             label=numbers,
         )
-    values = [v for i in shown for v in (i.paper[0], i.mean_std[0])]  # type: ignore[index]
+    values = [v for _, paper, mean in shown for v in (paper, mean)]
     if values:
         low, high = min(values) - 5, max(values) + 5
         ax.plot([low, high], [low, high], color="grey", lw=1)
