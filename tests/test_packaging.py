@@ -1,14 +1,23 @@
-"""The built wheel carries the Hydra configs, and the command line finds them from it."""
+"""The built wheel carries the Hydra configs (the command line finds them from it), the type
+marker and the one version."""
 
+import email
 import os
+import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+SOURCE_VERSION = re.search(
+    r'^__version__ = "([^"]+)"$',
+    (REPO / "src" / "fedshare" / "__init__.py").read_text(),
+    re.MULTILINE,
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +40,21 @@ def test_wheel_contains_the_configs(wheel):
         assert f"fedshare/configs/{rel}" in names
     assert "hydra_plugins/fedshare_cells/__init__.py" in names  # `reproduce run`'s sweeper
     assert "fedshare/paper/jobs/xormixfl/table2.yaml" in names
+
+
+def test_wheel_ships_py_typed(wheel):
+    assert "fedshare/py.typed" in zipfile.ZipFile(wheel).namelist()
+
+
+def test_the_version_is_written_once(wheel):
+    """The wheel's version is `fedshare.__version__`, and pyproject.toml does not repeat it."""
+    assert SOURCE_VERSION is not None
+    assert "version" in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dynamic"]
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = email.message_from_bytes(archive.read(name))
+    assert metadata["Version"] == SOURCE_VERSION.group(1)
+    assert wheel.name.startswith(f"fedshare-{SOURCE_VERSION.group(1)}-")
 
 
 def test_cli_runs_from_the_installed_wheel(wheel, tmp_path):

@@ -1,14 +1,14 @@
 """Audio datasets as 2-channel log-mel spectrograms: UrbanSound8K (FLea) and FSDD.
 
-One pipeline (flea.md §4.1, after the "sound-classification" Kaggle notebook FLea follows)
-turns a clip into a C×n_mels×frames tensor: resample, set the channel count (mono is
-duplicated), pad or truncate to a fixed length (`sample_rate // 1000 * duration_ms` samples,
-as the notebook computes it: 176,000 at 44.1 kHz and 4 s), circular time shift,
+One pipeline (FLea's Section 4.1.1 and App. C.2, after the "sound-classification" Kaggle notebook
+FLea follows) turns a clip into a C×n_mels×frames tensor: resample, set the channel count (mono is
+duplicated), pad or truncate to a fixed length (`sample_rate // 1000 * duration_ms` samples, as the
+notebook computes it: 176,000 at 44.1 kHz and 4 s), circular time shift,
 MelSpectrogram, dB with `top_db`, then frequency and time masks filled with the clip's mean.
 The random parts (pad position, shift, masks) are drawn once, at load time, from a seeded
 stream per clip, and can each be switched off. FLea's code applies them to the test clips
-too; here that is `data.augment_test` (default off: clean test clips, §8 item 13, the same
-switch and default as CIFAR's); clips not augmented are padded at the end.
+too; here that is `data.augment_test` (default off: clean test clips, the same switch and
+default as CIFAR's); clips not augmented are padded at the end.
 The shift rolls each channel along time (the notebook rolls the flattened tensor, which is
 the same for duplicated mono and leaks between the channels of true stereo clips).
 """
@@ -156,7 +156,7 @@ def spectrograms(
         aug, u = augment[idx], draws[idx]
         waves = []
         for i, a in zip(idx, aug, strict=True):
-            samples, rate = clips[i]()
+            samples, rate = clips[int(i)]()
             offset = u[i - lo, 0] if (a and cfg.random_pad) else None
             waves.append(fit_clip(torch.from_numpy(samples), rate, cfg, offset))
         x = torch.stack(waves)
@@ -247,7 +247,7 @@ def load_urbansound8k(
 ) -> Dataset:
     """UrbanSound8K (8,732 clips ≤ 4 s, 10 classes) from the official folder layout
     `<root>/UrbanSound8K/metadata/UrbanSound8K.csv` + `audio/fold1..fold10/*.wav`, as FLea's
-    2×64×344 log-mel spectrograms (flea.md §4.1; model AudioNet).
+    2×64×344 log-mel spectrograms (FLea's Section 4.1.1; model AudioNet).
 
     `split`: "random" is FLea's seeded 80/20 split (`test_fraction`, `split_seed`: 6,986 /
     1,746); "folds" puts the official `test_folds` in the test set. `spectrogram` overrides

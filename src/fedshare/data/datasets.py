@@ -146,7 +146,7 @@ def load_dataset(cfg: Mapping[str, Any], seed: int = 0) -> Dataset:
         data = replace(data, mean=None, std=None)
     if cfg.get("augment") is False:
         data = replace(data, augmentation=Augmentation())
-    if cfg.get("features"):  # a frozen backbone's cached features (FedPFT, fedpft.md §1)
+    if cfg.get("features"):  # a frozen backbone's cached features (FedPFT, its Section 3)
         from fedshare.data.features import extract_features
 
         data = extract_features(data, cfg, request)

@@ -1,7 +1,8 @@
 """The user's own pre-extracted features (CLIP, DINOv2, ...) as a dataset, and a contiguous split.
 
-Spec: shared/specs/fedpft.md §4.1–4.2 (foundation-model features; two-client covariate and
-task shifts such as PACS Photo→Sketch or Pets→Food, §7 A18).
+FedPFT (Beitollahi et al., 2024) works on such features (Section 5.1) and builds its two-client
+covariate and task shifts, such as PACS Photo→Sketch or Pets→Food, from them (Section 5.3,
+Table 2).
 
 `data=features_file data.path=<file>` reads a `torch.save`d dict or an `.npz` with the train and
 test features and labels. Accepted keys: `x_train` / `train_features` / `features_train`,
@@ -10,7 +11,7 @@ and `num_classes`. Features become float32 N×d; the default model is `linear`.
 
 Several files (`data.path=[source, destination]`) are concatenated in order, train and test
 alike; with `disjoint_labels=true` each file's labels are offset by the classes of the files
-before it (a task shift: the union label space, §7 A18), else the files share one label space
+before it (a task shift: the union label space), else the files share one label space
 (a covariate shift). `partition=contiguous` with `sizes` = the files' training-set sizes then
 gives client k the k-th file.
 """

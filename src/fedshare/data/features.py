@@ -1,7 +1,8 @@
 """Feature datasets: run a frozen backbone once over an image dataset and cache the features.
 
-Spec: shared/specs/fedpft.md §1 (a frozen foundation-model extractor f), §4.1 (backbones
-and feature sizes d), §7 A6 (inputs: the backbone's own resize and mean/std).
+FedPFT (Beitollahi et al., 2024): a frozen foundation-model extractor f (Section 3), the
+backbones and their feature sizes d (Section 5.1, App. D.1); inputs get the backbone's own
+resize and mean/std.
 
 `data=<name> data.features=<backbone>` loads the dataset as usual (subsets included), then
 replaces its inputs by f(x) (float32, N×d) and picks `model=linear` as the default model. The
@@ -16,7 +17,7 @@ Backbones (`data.features_weights` is the weights file; `data.features_options` 
   architectures with the user's weights file (required; nothing is downloaded); inputs resized
   to `resize` (224) and normalised with the ImageNet mean/std (the paper's ResNet-50 / ViT-B/16).
 - `random_relu`: a fixed random projection to `dim` features followed by ReLU (seed `seed`),
-  on inputs scaled to [0, 1]: §8's stand-in extractor for digits.
+  on inputs scaled to [0, 1]: a CPU stand-in extractor for digits.
 Common options: `batch_size` (256) and `device` (auto: CUDA when available).
 CLIP and other foundation models: extract the features yourself and load them with
 `data=features_file` (`fedshare.data.feature_files`).
@@ -40,6 +41,7 @@ from fedshare.data.cache import cached
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import LoadRequest
 from fedshare.errors import FedshareError
+from fedshare.models.base import as_block_model
 from fedshare.params import check_params
 from fedshare.registry import Registry
 
@@ -144,7 +146,8 @@ def resnet18_backbone(
 def resnet50_backbone(
     input_shape: Sequence[int], weights: str | None, root: str | None, resize: int = 224
 ) -> Extractor:
-    """torchvision ResNet-50 with the user's weights, 2048-d pooled features (fedpft.md §4.1)."""
+    """torchvision ResNet-50 with the user's weights, 2048-d pooled features (FedPFT's
+    Section 5.1)."""
     return _torchvision_resnet("resnet50", input_shape, weights, resize)
 
 
@@ -152,7 +155,7 @@ def resnet50_backbone(
 def vit_b16_backbone(
     input_shape: Sequence[int], weights: str | None, root: str | None, resize: int = 224
 ) -> Extractor:
-    """torchvision ViT-B/16 with the user's weights, the 768-d CLS token (fedpft.md §4.1)."""
+    """torchvision ViT-B/16 with the user's weights, the 768-d CLS token (FedPFT's Section 5.1)."""
     from torchvision import models as tv
 
     from fedshare.models.weights import load_into, load_state_file
@@ -174,7 +177,8 @@ def random_relu_backbone(
     dim: int = 128,
     seed: int = 1234,
 ) -> Extractor:
-    """ReLU(W x) with a fixed W ~ N(0, 1/D_in) of shape D_in × `dim` (fedpft.md §8.1's proxy)."""
+    """ReLU(W x) with a fixed W ~ N(0, 1/D_in) of shape D_in × `dim` (a CPU stand-in for a
+    backbone)."""
     if dim < 1:
         raise FedshareError(f"data.features_options.dim={dim} must be at least 1")
     width = math.prod(input_shape)
@@ -190,10 +194,10 @@ class _Features(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.model = model
+        self.model = as_block_model(model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.features(x)  # type: ignore[operator]
+        return self.model.features(x)
 
 
 def tensor_digest(*tensors: torch.Tensor) -> str:

@@ -58,7 +58,7 @@ def load_fmnist(request: LoadRequest) -> Dataset:
     """Fashion-MNIST from `<root>/FashionMNIST/raw/` (torchvision layout), 60,000 / 10,000.
 
     Normalised with Fashion-MNIST's own statistics (mean 0.2860, std 0.3530); ReBaFL's code
-    uses MNIST's (rebafl.md §5). No augmentation (none of the papers uses any here).
+    uses MNIST's. No augmentation (none of the papers uses any here).
     """
     x_tr, y_tr, x_te, y_te = load_idx_dataset(request, "FashionMNIST", "FashionMNIST", "fmnist")
     return Dataset(
@@ -142,11 +142,11 @@ def apply_static_augment(
     augmentation: Augmentation = CIFAR_AUGMENTATION,
     augment_test: bool = False,
 ) -> Dataset:
-    """FLea's one-off random crop/flip at load time (flea.md §4.1, §8 item 13).
+    """FLea's one-off random crop/flip at load time (its code; Section 4.1.1 names the data).
 
     `mode`: "none"; "train" (a fixed seeded crop/flip of the training set); "all" (an alias
     of "train" with `augment_test`). `augment_test` crops/flips the test set too, as FLea's
-    code does (default off: clean test images, the spec's recommendation). The augmented copy
+    code does (default off: clean test images). The augmented copy
     replaces per-batch augmentation, which is then switched off.
     """
     if mode not in STATIC_AUGMENT:
@@ -243,7 +243,7 @@ def load_cifar10(
     static_augment_seed: int = 1,
     augment_test: bool = False,
 ) -> Dataset:
-    """CIFAR-10, 32×32×3, 10 classes, 50,000 / 10,000 (flea.md §4.1).
+    """CIFAR-10, 32×32×3, 10 classes, 50,000 / 10,000 (FLea's Section 4.1.1, Table 2).
 
     `source`: "pickle" reads torchvision's `<root>/cifar-10-batches-py/`; "npz" reads the full
     set as an npz pair `<root>/<npz_dir>/{train,test}.npz` (`x` N×32×32×3 uint8, `y`). A

@@ -1,4 +1,4 @@
-"""XorMixFL's target-label skew ("label deficit", specs/xormixfl.md §5.1–5.2, A2).
+"""XorMixFL's target-label skew ("label deficit", Shin et al. 2020, Section 4).
 
 Representation of the server's data: the server is a pseudo-client. With `server=True`,
 client 0 holds the server's base samples and clients 1 … K−1 are the devices, so
@@ -32,8 +32,8 @@ def xormix(
     server: bool = True,
 ) -> Split:
     """Every participant (server and devices) gets `n` samples of each target label and `m` of
-    each other label, all disjoint and drawn without replacement (xormixfl.md §5.1, A2: n = 10,
-    m = 200 per non-target label). Samples not drawn stay unused."""
+    each other label, all disjoint and drawn without replacement (the paper's Section 4: n = 10,
+    m = 200, read as m per non-target label). Samples not drawn stay unused."""
     c = int(labels.max()) + 1
     targets = [int(t) for t in target_labels]
     if not targets or len(set(targets)) != len(targets) or not all(0 <= t < c for t in targets):

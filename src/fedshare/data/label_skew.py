@@ -1,7 +1,7 @@
 """Label-skew partitioners after NIID-Bench: Dirichlet (plain and FLea's block-wise) and quantity.
 
 References: NIID-Bench (Li et al., "Federated Learning on Non-IID Data Silos: An Experimental
-Study", ICDE 2022) for `dirichlet` and `quantity`; FLea (specs/flea.md §4.3, §8.16–17) for
+Study", ICDE 2022) for `dirichlet` and `quantity`; FLea (Xia et al., App. C.1 and its code) for
 `dirichlet_blocks` and the min_size defaults. ReBaFL's schemes are in `pathological.py`.
 """
 
@@ -77,9 +77,9 @@ def dirichlet(
     max_tries: int = 1000,
 ) -> list[np.ndarray]:
     """NIID-Bench's "noniid-labeldir" Dir(α) label skew with the N/K balancing cap (FedLab's
-    "hetero-dir"), as FLea, ReBaFL and FedPFT use it (flea.md §4.3).
+    "hetero-dir"), as FLea, ReBaFL and FedPFT use it (FLea's App. C.1).
 
-    `min_size` defaults to the number of classes C (flea.md §4.3: 10 for CIFAR-10, 6 for
+    `min_size` defaults to the number of classes C (FLea's code: 10 for CIFAR-10, 6 for
     UCI-HAR); NIID-Bench itself uses 10. Every index is used exactly once.
     """
     _check_alpha(alpha)
@@ -100,7 +100,7 @@ def dirichlet_blocks(
     blocks: int | None = None,
     max_tries: int = 1000,
 ) -> Split:
-    """FLea's block-wise Dir(α) (flea.md §4.3, §8.16): cut the training set into blocks and
+    """FLea's block-wise Dir(α) (App. C.1 and FLea's code): cut the training set into blocks and
     split each block by `dirichlet` over its own clients (so the cap is block size / clients).
 
     `mode="balanced"` (CIFAR-10, K > 100): class-balanced blocks — block j takes the j-th
@@ -146,7 +146,7 @@ def quantity(
     labels: np.ndarray, num_clients: int, rng: np.random.Generator, classes_per_client: int = 2
 ) -> Split:
     """NIID-Bench's quantity-based label skew #C=q ("noniid-#label<q>"; FLea's Qua(q),
-    flea.md §4.3, §8.17).
+    Section 4.1.1 and App. C.1).
 
     Client i gets class i mod C, then q − 1 other distinct classes uniformly at random. Each
     class's shuffled indices are array-split evenly among the clients that own it (in client

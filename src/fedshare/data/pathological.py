@@ -1,7 +1,7 @@
 """Label-set partitioners: ReBaFL's pathological, clustered and shards; FedAA's islands.
 
-Reference: ReBaFL (specs/rebafl.md §4.3, §7.13, §7.16); the shard split follows McMahan et al.
-(2017) for ReBaFL's Table III and FedAA's Table 2 (one shard per client); islands: fedaa.md §4.1.
+Reference: ReBaFL (Xu et al., Section 5.1); the shard split follows McMahan et al. (2017) for
+ReBaFL's Table III and FedAA's Table 2 (one shard per client); islands: FedAA's Section 4.1.
 """
 
 from collections.abc import Sequence
@@ -101,14 +101,14 @@ def pathological(
     cover_all: bool = True,
     max_tries: int = 1000,
 ) -> Split:
-    """ReBaFL's pathological split (rebafl.md §4.3, §7.13): each client draws
+    """ReBaFL's pathological split (its Section 5.1): each client draws
     `classes_per_client` distinct classes uniformly at random and gets exactly `per_class`
     samples of each (ReBaFL: 2 × 500, n_i = 1000).
 
     Samples come without replacement from each class's shuffled pool; when a pool runs out
     (more demand than samples, e.g. m = 50 on CIFAR-10) it wraps around if `reuse` (ReBaFL's
     code; counted as `reused` in partition.json), else that is an error. `cover_all` redraws
-    the label sets until every class has a holder (a documented deviation, rebafl.md §7.13).
+    the label sets until every class has a holder (a deviation: the paper does not say).
     partition.json's `info.label_sets` records which label sets were drawn (`label_set_coverage`):
     Table I's calibration baselines depend on them (issue 18, rebafl.md).
     """
@@ -147,7 +147,7 @@ def clustered(
     cover_all: bool = True,
     max_tries: int = 1000,
 ) -> Split:
-    """ReBaFL's clustered setting (rebafl.md §4.3, §7.16): client i is in group i mod G and
+    """ReBaFL's clustered setting (its Sections 5.1 and 5.3): client i is in group i mod G and
     holds `group_classes[g]` random classes with `client_size` samples split evenly over them
     (1000 → 500, 334/333/333 or 200 per class). Sampling as in `pathological`.
 
@@ -179,7 +179,7 @@ def clustered(
 
 @register_partition("islands")
 def islands(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """FedAA's "data islands" (fedaa.md §4.1): one client per class, holding every sample of
+    """FedAA's "data islands" (its Section 4.1): one client per class, holding every sample of
     its class; the class-to-client assignment is a random permutation."""
     present = np.unique(labels)
     if num_clients != len(present):
@@ -198,7 +198,7 @@ def shards(
     shards_per_client: int = 2,
     max_tries: int = 100,
 ) -> list[np.ndarray]:
-    """Shard split (McMahan et al. 2017), ReBaFL's Table III reading (rebafl.md §7.13): sort the
+    """Shard split (McMahan et al. 2017), as ReBaFL's Table III reads (Section 5.5.4): sort the
     indices by label, cut them into K·s equal contiguous shards, give each client s shards whose
     (majority) classes are distinct. Every index is used exactly once; each client gets N/K
     samples (±1) of s classes when class sizes are multiples of the shard size.

@@ -10,6 +10,7 @@ other global is refused, so a tampered file cannot import modules or call functi
 """
 
 import codecs
+import importlib
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -23,10 +24,10 @@ from fedshare.errors import FedshareError
 
 def _reconstruct() -> Callable[..., Any]:
     try:
-        from numpy._core.multiarray import _reconstruct as reconstruct
+        multiarray = importlib.import_module("numpy._core.multiarray")
     except ImportError:  # numpy < 2
-        from numpy.core.multiarray import _reconstruct as reconstruct
-    return reconstruct
+        multiarray = importlib.import_module("numpy.core.multiarray")
+    return multiarray._reconstruct
 
 
 def _latin1_bytes(text: str, encoding: str = "utf-8") -> bytes:

@@ -119,8 +119,8 @@ def load_uci_har(
     "official". Each window is 128 steps (2.56 s at 50 Hz, 50 % overlap) of the `Inertial
     Signals` channels, stored 1×128×C (time × channel as an image, as HARNet expects). FLea
     keeps the first three channels of the usual order, body_acc x/y/z, without normalisation
-    (flea.md §4.1, §8 item 15): the default. `channels` picks any of the 9 signals
-    (body_acc_*, body_gyro_*, total_acc_* for x, y, z), in the order given.
+    (FLea's code; its Section 4.1.1 names the data): the default. `channels` picks any of the 9
+    signals (body_acc_*, body_gyro_*, total_acc_* for x, y, z), in the order given.
     """
     channels = tuple(channels)
     unknown = [c for c in channels if c not in UCI_HAR_SIGNALS]

@@ -1,4 +1,4 @@
-"""FedPFT's task shift and covariate shift (specs/fedpft.md §4.2 items 2–4, §8.2 C4–C5).
+"""FedPFT's task shift and covariate shift (Beitollahi et al., 2024, Sections 5.1 and 5.3).
 
 - `task`: disjoint label sets per client group (FedPFT's "disjoint label shift": source holds
   classes 0…C/2−1, destination the rest; its "task shift" is disjoint label spaces from
@@ -39,7 +39,7 @@ def task(
     label_sets: list[list[int]] | None = None,
     shuffle: bool = False,
 ) -> Split:
-    """Disjoint label sets (fedpft.md §4.2.2/4): the classes are cut into `tasks` contiguous
+    """Disjoint label sets (FedPFT's Section 5.3): the classes are cut into `tasks` contiguous
     near-equal sets (or random ones with `shuffle`, or the explicit `label_sets`); client k
     belongs to task k mod T and the task's samples are split i.i.d. over its clients. Every
     index of a class in some set is used exactly once; classes in no set stay unused."""
@@ -132,7 +132,7 @@ def covariate(
     domains: list[dict[str, Any]] | None = None,
     test: str = "mixed",
 ) -> Split:
-    """Covariate shift (fedpft.md §4.2.3, §8.2 C5): an i.i.d. index split (every index used
+    """Covariate shift (FedPFT's Section 5.3): an i.i.d. index split (every index used
     once), client k in domain k mod D, one input transform per domain (see module docstring).
     Kinds: identity; rotate (degrees); noise (per-sample Gaussian, std in [0, 1]-scaled input
     units); colour (per-channel gains); invert; shift (one fixed random offset vector of

@@ -1,12 +1,12 @@
 """Synthetic "foundation-model features": each class a mixture of anisotropic Gaussians.
 
-Spec: shared/specs/fedpft.md §8.1 ("Synthetic Gaussian-cluster features": d = 32, C = 10,
-each class a 3-mode Gaussian mixture with random anisotropic covariances, class-centre scale
-0.45; 4,500 train / 1,500 test; the DP runs use 3,000 per class). The spec does not give the
-generator's other constants; ours: class centres ~ N(0, centre_scale²·I), mode centres = class
-centre + N(0, mode_scale²·I), each mode's covariance Q·diag(λ)·Qᵀ with Q a random rotation and
-λ ~ U(0.25, 1.75) (mean 1), modes equally likely. Classes are balanced (sample j has class
-j mod C). Everything is drawn from `data_seed`.
+A CPU stand-in for a foundation model's features, to check FedPFT's claims in minutes (the paper
+itself uses real backbones, Section 5.1): d = 32, C = 10, each class a 3-mode Gaussian mixture with
+random anisotropic covariances, class-centre scale 0.45; 4,500 train / 1,500 test; the DP runs use
+3,000 per class. The generator's constants: class centres ~ N(0, centre_scale²·I), mode centres =
+class centre + N(0, mode_scale²·I), each mode's covariance Q·diag(λ)·Qᵀ with Q a random rotation and
+λ ~ U(0.25, 1.75) (mean 1), modes equally likely. Classes are balanced (sample j has class j mod C).
+Everything is drawn from `data_seed`.
 """
 
 import numpy as np

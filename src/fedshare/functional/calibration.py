@@ -1,7 +1,7 @@
 """Label-prior calibration of logits for local training on label-skewed clients.
 
 One place for the calibrated losses of ReBaFL and its logit-calibration baselines
-(shared/specs/rebafl.md §2.2, §5):
+(Xu et al., Section 4.1; the baselines of its Section 5.1):
 
 * relaxed balanced softmax (R-BSM, Eqs. 9–10): cross-entropy on `z + log π̂` with the prior
   `π̂(c) = (1 − ε)·n_c/n + ε/C`; ε = 1 is plain cross-entropy, ε = 0 is balanced softmax (BSM,
@@ -58,8 +58,8 @@ def relaxed_balanced_softmax_loss(
 
 
 def logit_adjustment(counts: torch.Tensor, tau: float, missing_count: float = 1e-9) -> torch.Tensor:
-    """FedLC's per-class offset −τ·n_c^{−1/4} (spec §5); absent classes count `missing_count`
-    (1e-9 gives ≈ −177.8·τ). Add it to the logits: `z + logit_adjustment(n, τ)`."""
+    """FedLC's per-class offset −τ·n_c^{−1/4} (τ = 1 in ReBaFL's code); absent classes count
+    `missing_count` (1e-9 gives ≈ −177.8·τ). Add it to the logits: `z + logit_adjustment(n, τ)`."""
     if tau < 0:
         raise FedshareError(f"strategy.tau={tau} must be non-negative")
     counts = counts.to(torch.float32).clamp_min(missing_count)
@@ -68,7 +68,7 @@ def logit_adjustment(counts: torch.Tensor, tau: float, missing_count: float = 1e
 
 def restricted_logits(logits: torch.Tensor, present: torch.Tensor, alpha: float) -> torch.Tensor:
     """FedRS's restricted softmax input: logits of classes absent locally (`present` false)
-    are scaled by `alpha` (spec §5: α = 0.5); present classes are unchanged."""
+    are scaled by `alpha` (α = 0.5 in ReBaFL's code); present classes are unchanged."""
     if not 0.0 <= alpha <= 1.0:
         raise FedshareError(f"strategy.alpha={alpha} must be in [0, 1]")
     scale = torch.where(present, 1.0, alpha).to(logits.dtype)

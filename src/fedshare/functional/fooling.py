@@ -1,5 +1,5 @@
 """Inputs a frozen classifier maps to given labels, optimised from Gaussian noise (FedAA's
-adversarial examples, fedaa.md §2.4 and Eq. 4).
+adversarial examples, Section 3.3 and Eq. 4).
 
 x_adv = argmin_x Σ_i CE(model(x_i), y_i), started at x ~ N(0, σ²) and kept inside the valid
 input box. Not a norm-bounded perturbation: the whole input is optimised ("fooling images").
@@ -7,9 +7,9 @@ The examples are independent given the frozen model, so minimising the summed lo
 whole batch at once is exact and runs as one batched problem.
 
 Solvers: `lbfgsb` (scipy's L-BFGS-B, the box-constrained L-BFGS the paper cites, float64 on the
-host: the spec's recommended default) and `torch` (torch's L-BFGS with a strong-Wolfe line
+host: the default) and `torch` (torch's L-BFGS with a strong-Wolfe line
 search on the run device, projected into the box after every block of 20 iterations, each
-block from a fresh history: the spec's GPU fallback).
+block from a fresh history: for a GPU).
 """
 
 from collections.abc import Callable

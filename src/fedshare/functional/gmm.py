@@ -1,13 +1,14 @@
 """Gaussian mixtures in torch: EM fitting, sampling, parameter counts and a 16-bit wire format.
 
-Spec: shared/specs/fedpft.md §2.1 (families), §2.3 (EM), §2.6 (parameter counts), §7 A4/A5
-(EM settings, float16 round trip and server-side sanitation).
+FedPFT (Beitollahi et al., 2024): the GMM families of Eq. 2 (Section 3), EM as the paper's
+scikit-learn calls run it (Appendix A), the parameter counts of Section 6.3 (Eqs. 9–11); the
+float16 round trip and the server-side sanitation are choices made here.
 
 Why our own EM instead of scikit-learn's `GaussianMixture`: it runs in float64 on whatever device
 holds the features (a GPU for paper-scale CLIP/ResNet-50 features), it is seeded by a
-`torch.Generator` (each (client, class) pair has its own stream derived from the run seed, §7 A9)
+`torch.Generator` (each (client, class) pair has its own stream derived from the run seed)
 so results are bit-identical on CPU whatever ran before, and it starts no thread pools on a
-shared CPU. It follows scikit-learn's semantics (§2.3): k-means initialisation (k-means++ seeding,
+shared CPU. It follows scikit-learn's semantics: k-means initialisation (k-means++ seeding,
 one run), log-space E-step, M-step with `reg_covar` added to the covariance (full: ΣI, diag:
 each variance, spherical: the mean variance), stop when the mean log-likelihood changes by less
 than `tol` or at `max_iter`; K = 1 is the closed form (sample mean, biased covariance).
@@ -33,7 +34,7 @@ def check_covariance_type(covariance_type: str) -> str:
 
 
 def component_params(dim: int, covariance_type: str) -> int:
-    """Numbers sent per mixture component (§2.6): weight + mean + covariance parameters.
+    """Numbers sent per mixture component (FedPFT's Section 6.3): weight, mean, covariance.
 
     full: 2d + (d² − d)/2 + 1 (the upper triangle of Σ); diag: 2d + 1; spherical: d + 2.
     """
@@ -80,7 +81,7 @@ class GaussianMixture:
         return torch.logsumexp(self.weights.log() + _component_log_prob(x, self), dim=1)
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        """n draws: per-component counts ~ Multinomial(n; π), then μ_k + A_k z (§2.2 step 5).
+        """n draws: per-component counts ~ Multinomial(n; π), then μ_k + A_k z (Algorithm 1).
 
         A_k is the eigen square root of Σ_k (eigenvalues clipped at 0) for full, √σ² for diag
         and √λ for spherical. Rows come grouped by component.
@@ -226,7 +227,7 @@ def fit_gmm(
 
 
 def point_mass(x: torch.Tensor, covariance_type: str, reg_covar: float) -> GaussianMixture:
-    """One component at the mean of `x` with variance `reg_covar` (§7 A3 `shrink` for n = 1)."""
+    """One component at the mean of `x` with variance `reg_covar` (for a class of one sample)."""
     x = x.to(torch.float64)
     d = x.shape[1]
     var = torch.full((1, d), reg_covar, dtype=x.dtype, device=x.device)
@@ -246,10 +247,10 @@ WIRE_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": to
 def pack_mixtures(
     mixtures: list[tuple[int, int, GaussianMixture]], covariance_type: str, dtype: str = "float16"
 ) -> dict[str, torch.Tensor]:
-    """The payload of a list of (label, count, mixture) as tensors (§3, §2.6).
+    """The payload of a list of (label, count, mixture) as tensors (FedPFT's Section 6.3).
 
     `gmm_weights` (ΣK,), `gmm_means` (ΣK, d), `gmm_covs` (full: upper triangle (ΣK, d(d+1)/2),
-    diag (ΣK, d), spherical (ΣK,)) in `dtype`: exactly 2·(§2.6 parameter count) bytes at
+    diag (ΣK, d), spherical (ΣK,)) in `dtype`: exactly 2·(Section 6.3's parameter count) bytes at
     float16. Per pair: `gmm_labels` int16, `gmm_components` int16, `gmm_counts` int32, the
     8 metadata bytes per (client, class) that the formula leaves out.
     """
@@ -274,7 +275,7 @@ def pack_mixtures(
 def unpack_mixtures(
     payload: dict[str, torch.Tensor], covariance_type: str, reg_covar: float = 1e-6
 ) -> list[tuple[int, int, GaussianMixture]]:
-    """(label, count, mixture) from a payload, cast to float64 and sanitised (§7 A5): weights
+    """(label, count, mixture) from a payload, cast to float64 and sanitised: weights
     renormalised, variances clamped to at least `reg_covar`, full covariances symmetrised with
     eigenvalues clipped to at least `reg_covar`."""
     if "gmm_labels" not in payload:

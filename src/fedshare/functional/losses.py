@@ -1,7 +1,7 @@
 """Losses shared by several strategies: soft-label cross-entropy and knowledge distillation.
 
-Used by FLea (flea.md §2.5: Eq. 3 and the distillation term, paper and code forms) and FedMix
-(flea.md §5: soft-label CE on mixed batches).
+Used by FLea (Section 3.3.2: Eq. 3 and the distillation term, paper and code forms) and FedMix
+(FLea's App. C.3: soft-label CE on mixed batches).
 """
 
 import torch
@@ -25,7 +25,7 @@ def distillation_kl(
 ) -> torch.Tensor:
     """Batch-mean KL divergence between softened teacher and student distributions, times τ².
 
-    `teacher_to_student`: KL(p_teacher ‖ p_student) (Hinton; FLea's code, flea.md §2.5).
+    `teacher_to_student`: KL(p_teacher ‖ p_student) (Hinton; FLea's code).
     `student_to_teacher`: KL(p_student ‖ p_teacher) (FLea's Eq. 4 as printed).
     The teacher logits are used as given (detach them for a frozen teacher).
     """

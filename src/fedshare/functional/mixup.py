@@ -1,7 +1,7 @@
 """Mix-up building blocks: iterated two-sample mixing weights, mixes and soft labels.
 
 Iterating the two-sample Mixup g(a, b) = α·a + (1 − α)·b over k samples (XorMixFL's Eq. 1,
-specs/xormixfl.md §3.2) gives fixed weights per position; these helpers compute the weights
+Shin et al. 2020, Section 3) gives fixed weights per position; these helpers compute the weights
 once and apply them to whole batches.
 """
 
@@ -55,7 +55,7 @@ def soft_labels(labels: torch.Tensor, weights: torch.Tensor, num_classes: int) -
 
 
 # --------------------------------------------------------------------------- Beta mix-up
-# FLea's feature mix-up (flea.md §2.4, Eq. 2) and FedMix's input mix-up (flea.md §5):
+# FLea's feature mix-up (Section 3.3.1, Eq. 2) and FedMix's input mix-up (FLea's App. C.3):
 # ã = β·a + (1 − β)·b and ỹ = β·e(y_a) + (1 − β)·e(y_b), β ~ Beta(a, a) per sample or per batch.
 
 

@@ -1,14 +1,16 @@
 """Class prototypes of penultimate features: local class means, their count-weighted server
 average, the wire format, and ReBaFL's inter-class feature transfer
-(shared/specs/rebafl.md §2.3–2.4).
+(Xu et al., Section 4.2, Eqs. 15–16).
 
 A prototype set is a `(C, d)` tensor plus a boolean mask of the classes it holds. On the wire
 only the held classes travel (`pack` / `unpack`), so the engine's byte count is what the
-protocol sends (spec §3).
+protocol sends.
 """
 
 import torch
 from torch import nn
+
+from fedshare.models.base import as_block_model
 
 
 def class_means(
@@ -40,7 +42,8 @@ def feature_prototypes(
     """
     was_training = model.training
     model.eval()
-    feats = torch.cat([model.features(chunk) for chunk in x.split(batch_size)])
+    blocks = as_block_model(model)
+    feats = torch.cat([blocks.features(chunk) for chunk in x.split(batch_size)])
     model.train(was_training)
     return class_means(feats, y, num_classes)
 
@@ -96,7 +99,7 @@ class PrototypeAverager:
 
 
 def cyclic_targets(batch_size: int, num_classes: int, device: torch.device) -> torch.Tensor:
-    """Target class of each batch position: k mod C (§2.4 step 3, §7.5)."""
+    """Target class of each batch position: k mod C (ReBaFL's code)."""
     return torch.arange(batch_size, device=device) % num_classes
 
 

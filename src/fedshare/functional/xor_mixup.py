@@ -1,8 +1,9 @@
-"""XOR Mixup on pixel bytes (Shin et al. 2020; specs/xormixfl.md §3.1–3.4).
+"""XOR Mixup on pixel bytes (Shin et al. 2020, Section 3, Eqs. 1–3).
 
-Samples are handled as uint8 bytes on the 0…255 scale (A1): a blend of p samples of one label
-(Eq. 1, the weights of `fedshare.functional.mixup.fold_weights`) is computed in float, rounded
-half up, clipped and cast to uint8 once at the end; XOR is the element-wise bitwise XOR of the
+Samples are handled as uint8 bytes on the 0…255 scale (the paper XORs bits; its images' grey
+levels are read as bytes): a blend of p samples of one label (Eq. 1, the weights of
+`fedshare.functional.mixup.fold_weights`) is computed in float, rounded half up, clipped and
+cast to uint8 once at the end; XOR is the element-wise bitwise XOR of the
 bytes. Encoding and decoding are the same operation, XOR with the keys (Eq. 2, Eq. 3), so
 decoding with the device's own keys returns the blended target bit for bit.
 """
@@ -35,7 +36,7 @@ def quantize(x: torch.Tensor) -> torch.Tensor:
 
 
 def binarize(b: torch.Tensor) -> torch.Tensor:
-    """The optional {0, 255} representation (threshold 128; specs §3.1)."""
+    """The optional {0, 255} representation (threshold 128)."""
     return torch.where(b >= 128, 255, 0).to(torch.uint8)
 
 
@@ -98,7 +99,7 @@ def blend_by_label(
     """One blend per entry of `labels` (any shape L) from the samples `x` (uint8) of that label.
 
     Each blend uses min(p, available) distinct samples of its label drawn at random ("up to
-    p", §3.2). Returns the blends (*L, ...) uint8 and the positions in `x` used (*L, p); rows
+    p", Section 3). Returns the blends (*L, ...) uint8 and the positions in `x` used (*L, p); rows
     with fewer than p samples repeat their first position. Every label must occur in `y`.
     """
     out = torch.empty((*labels.shape, *x.shape[1:]), dtype=torch.uint8, device=x.device)

@@ -1,4 +1,5 @@
-"""FLea's AudioNet for 2×64×344 log-mel spectrograms (flea.md §4.2, Table 4): 25,602 parameters.
+"""FLea's AudioNet for 2×64×344 log-mel spectrograms (Xia et al., App. C.2, Table 4): 25,602
+parameters.
 
 Blocks: `conv1` ... `conv4` (conv → ReLU → BN, in that order), `pool` (global average + flatten,
 64-d features), `head`. FLea shares the output of block 2, 16×16×86, i.e. `encode(x, upto=2)`.
@@ -10,8 +11,8 @@ from torch import nn
 
 from fedshare.models.base import HEAD, BlockModel, register_model, require_input, scaled
 
-FLEA_LAYER = 2  # FLea: after conv2, 16×16×86 (flea.md §4.2, `--layer 1`)
-# (out channels, kernel, stride, padding), flea.md Table 4 and its [code] paddings.
+FLEA_LAYER = 2  # FLea: after conv2, 16×16×86 (FLea's code, `--layer 1`)
+# (out channels, kernel, stride, padding), FLea's Table 4 and its code's paddings.
 LAYERS: tuple[tuple[int, int, int, int], ...] = (
     (8, 5, 2, 2),
     (16, 3, 2, 1),
@@ -38,7 +39,8 @@ def audionet(
         c_out = scaled(out, width)
         conv = nn.Conv2d(c_in, c_out, kernel, stride, padding)
         nn.init.kaiming_normal_(conv.weight, a=0.1)
-        nn.init.zeros_(conv.bias)
+        if conv.bias is not None:  # always, for nn.Conv2d's default bias=True
+            nn.init.zeros_(conv.bias)
         blocks.append((f"conv{i + 1}", nn.Sequential(conv, nn.ReLU(), nn.BatchNorm2d(c_out))))
         c_in = c_out
     blocks += [

@@ -39,7 +39,7 @@ class BlockModel(nn.Module):
         names = [name for name, _ in blocks]
         if not names or names[-1] != HEAD:
             raise ValueError(f"the last block must be named {HEAD!r}, got {names}")
-        self.blocks = nn.ModuleDict(blocks)
+        self.blocks = nn.ModuleDict(dict(blocks))
         if not 0 <= share_layer < len(names):
             raise FedshareError(
                 f"share_layer={share_layer} is not a split point of this model; valid: "
@@ -119,13 +119,23 @@ class BlockModel(nn.Module):
         return self
 
 
-def require_body(model: nn.Module, strategy: str) -> None:
-    """Refuse a model with nothing before its head for a method that trains or reads a body."""
+def require_body(model: nn.Module, strategy: str) -> BlockModel:
+    """`model`; refused if it has nothing before its head, for a method that trains or reads a
+    body."""
     if not isinstance(model, BlockModel) or model.num_blocks < 2:
         raise FedshareError(
             f"strategy {strategy} needs a model with a feature extractor before its head; "
             f"{getattr(model, 'block_names', type(model).__name__)} has none (use e.g. model=mlp)"
         )
+    return model
+
+
+def as_block_model(model: nn.Module) -> BlockModel:
+    """`model` as the `BlockModel` every registered model is (`build_model`), for code handed
+    a plain `nn.Module` (a client's worker model) that calls `encode`, `features` or `head`."""
+    if not isinstance(model, BlockModel):
+        raise TypeError(f"expected a BlockModel (a registered model), got {type(model).__name__}")
+    return model
 
 
 def feature_width(model: nn.Module, input_shape: Sequence[int]) -> int:
@@ -134,7 +144,7 @@ def feature_width(model: nn.Module, input_shape: Sequence[int]) -> int:
     model.eval()
     with torch.no_grad():
         probe = torch.zeros((1, *input_shape), device=next(model.parameters()).device)
-        width = model.features(probe).flatten(1).shape[1]  # type: ignore[operator]
+        width = as_block_model(model).features(probe).flatten(1).shape[1]
     model.train(was_training)
     return int(width)
 
@@ -148,7 +158,8 @@ def prepare_for_device(
     with float16/bfloat16); outputs are the same up to floating-point rounding.
     """
     if channels_last:
-        return model.to(device=device, memory_format=torch.channels_last)
+        # `memory_format` is a keyword `Module.to` takes at run time but not in torch's stubs
+        return model.to(device=device, memory_format=torch.channels_last)  # type: ignore[call-overload]
     return model.to(device=device)
 
 

@@ -63,7 +63,7 @@ def cnn_mnist(
     dropout: bool = True,
     share_layer: int | None = None,
 ) -> BlockModel:
-    """XorMixFL's MNIST CNN (xormixfl.md §7 A8; 1,199,882 parameters on 1×28×28).
+    """An MNIST CNN for XorMixFL, whose paper gives no model (1,199,882 parameters on 1×28×28).
 
     conv3×3-32 → ReLU | conv3×3-64 → ReLU → max-pool 2 → dropout 0.25 | flatten → FC-128 → ReLU
     → dropout 0.5 | FC head. Blocks: `conv1`, `conv2`, `fc1` (128-d features), `head`; the

@@ -1,18 +1,18 @@
-"""FedAA's classification CNN (fedaa.md §4.4, [REC] architecture).
+"""FedAA's classification CNN (its Section 4.1; the layer sizes the paper leaves open chosen).
 
 The paper gives F = "two convolutional layers with 64 and 256 filters, followed by two fully
-connected layers" and T = one FC layer; the spec's reading: 5×5 conv (no padding) → ReLU →
+connected layers" and T = one FC layer; read here as: 5×5 conv (no padding) → ReLU →
 2×2 max-pool, twice, then FC 384 → ReLU → FC 192 → ReLU (the FedAvg-era CIFAR CNN's widths),
 and a linear head. 2,948,554 parameters on 3×32×32 with 10 classes; d_F = 192.
 
 Blocks: `conv1`, `conv2`, `fc` (both FC layers, the 192-d features F(x)), `head`. FLea's split
 is after `conv1`; the default `share_layer` is the penultimate split (F's output, what FedAA's
 identifier and MOON's representation use). `batchnorm=True` adds BatchNorm after conv1, conv2
-and the first FC layer (the spec's FedBN variant, §5 and §7 item 11; the paper never mentions
+and the first FC layer (for the FedBN baseline of FedAA's Section 4; the paper never mentions
 BN). Training-mode BN of a single sample is undefined, and a client of n ≡ 1 (mod batch size)
 samples gets such a last batch: the FC layer's BN (`OneSampleSafeBatchNorm1d`) then normalises
 that batch with its running statistics, as in evaluation, and leaves them unchanged.
-`channels` and `hidden` scale the model down for CPU checks (fedaa.md §8).
+`channels` and `hidden` scale the model down for CPU checks.
 """
 
 from collections.abc import Sequence

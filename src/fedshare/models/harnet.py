@@ -1,8 +1,8 @@
-"""FLea's HARNet for 1×128×3 inertial windows (flea.md §4.2, Table 6): 691,974 parameters.
+"""FLea's HARNet for 1×128×3 inertial windows (Xia et al., App. C.2, Table 6): 691,974 parameters.
 
 Blocks: `conv1` ... `conv4` (k×1 conv over time → BN → ReLU, padding 1 on both axes so the
 channel axis grows 3→5→7→9→11), `flatten` (8448-d features), `head`. FLea shares the output of
-block 2, 128×20×7, i.e. `encode(x, upto=2)`. flea.md §9.B runs it at ¼ width (`width: 0.25`).
+block 2, 128×20×7, i.e. `encode(x, upto=2)`. CPU checks run it at ¼ width (`width: 0.25`).
 """
 
 from collections.abc import Sequence
@@ -19,8 +19,8 @@ from fedshare.models.base import (
     scaled,
 )
 
-FLEA_LAYER = 2  # FLea: after conv2, 128×20×7 (flea.md §4.2, `--layer 1`)
-# (out channels, kernel along time, stride along time), flea.md Table 6.
+FLEA_LAYER = 2  # FLea: after conv2, 128×20×7 (FLea's code, `--layer 1`)
+# (out channels, kernel along time, stride along time), FLea's Table 6.
 LAYERS: tuple[tuple[int, int, int], ...] = ((64, 3, 3), (128, 6, 2), (256, 6, 2), (256, 6, 2))
 WHAT = "1×T×S inertial windows with T >= 64 (1×128×3 for UCI-HAR)"
 

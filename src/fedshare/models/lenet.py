@@ -1,4 +1,4 @@
-"""ReBaFL's "LeNet-like" CNNs (rebafl.md §4.2): leaky ReLU (slope 0.01), 2×2 max-pooling.
+"""ReBaFL's "LeNet-like" CNNs (Xu et al., Section 5.1): leaky ReLU (slope 0.01), 2×2 max-pooling.
 
 `lenet_fmnist` (117,066 parameters on 1×28×28): `conv1`, `conv2`, `fc1` (128-d features h),
 `head` (with bias). `lenet_cifar` (107,680 parameters on 3×32×32): `conv1`, `conv2`, `conv3`,

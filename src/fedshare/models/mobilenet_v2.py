@@ -1,8 +1,8 @@
-"""FLea's CIFAR MobileNetV2 (flea.md §4.2, Table 3): 2,296,922 parameters at width 1.
+"""FLea's CIFAR MobileNetV2 (Xia et al., App. C.2, Table 3): 2,296,922 parameters at width 1.
 
 Blocks: `stem`, `block1` ... `block17` (one per inverted-residual block), `conv_last`, `pool`,
 `head`. FLea shares the output of the stem + first inverted-residual block (16×32×32), i.e.
-`encode(x, upto=2)` (flea.md §4.2, §2.8 `split_blocks: cifar10: 1`, stem always included).
+`encode(x, upto=2)` (FLea's code: `--layer 0`, the stem always included).
 """
 
 from collections.abc import Sequence
@@ -12,9 +12,9 @@ from torch import nn
 
 from fedshare.models.base import HEAD, BlockModel, register_model, require_input, scaled
 
-FLEA_LAYER = 2  # FLea: stem + first inverted residual, 16×32×32 (flea.md §4.2, `--layer 0`)
+FLEA_LAYER = 2  # FLea: stem + first inverted residual, 16×32×32 (FLea's code, `--layer 0`)
 
-# (expansion, out channels, repeats, stride of the first block), flea.md §4.2: the CIFAR
+# (expansion, out channels, repeats, stride of the first block), FLea's Table 3: the CIFAR
 # variant keeps the second stage at stride 1.
 STAGES: tuple[tuple[int, int, int, int], ...] = (
     (1, 16, 1, 1),
@@ -39,7 +39,7 @@ class InvertedResidual(nn.Module):
     """1×1 expand + BN + ReLU, 3×3 depthwise (stride s) + BN + ReLU, 1×1 project + BN.
 
     The residual is added only at stride 1; when the channel count changes it passes through a
-    1×1 conv + BN (flea.md §4.2). 2,296,922 parameters need exactly this.
+    1×1 conv + BN (FLea's code). 2,296,922 parameters need exactly this.
     """
 
     def __init__(self, c_in: int, c_out: int, expansion: int, stride: int) -> None:

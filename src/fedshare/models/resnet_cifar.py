@@ -5,9 +5,10 @@ and third start at stride 2); global average pooling to 64-d features; `linear` 
 have no parameters: stride-2 subsampling plus zero channel padding (270K parameters).
 Blocks: `stem`, `layer1`, `layer2`, `layer3`, `pool`, `head`.
 
-`pretrained` loads the CIFAR-10 checkpoint `resnet20-12fca82f.th` (SOURCES.md §3, 91.5% on the
-1,000 sample test images). That checkpoint was trained on RGB in [0, 1] normalised with the
-ImageNet mean/std (`PRETRAINED_MEAN`, `PRETRAINED_STD`): give the data those statistics.
+`pretrained` loads the CIFAR-10 checkpoint `resnet20-12fca82f.th` (from
+akamaster/pytorch_resnet_cifar10; 91.5% on the 1,000 sample test images). That checkpoint was
+trained on RGB in [0, 1] normalised with the ImageNet mean/std (`PRETRAINED_MEAN`,
+`PRETRAINED_STD`): give the data those statistics.
 """
 
 from collections.abc import Sequence

@@ -4,8 +4,9 @@ Blocks: `stem` (optional resize, conv1, bn1, ReLU, max-pool), `layer1` ... `laye
 (global average + flatten: 512-d / 2048-d features), `head`; FLea's split (`flea_layer`) is
 after `layer1`. Weights come only from a local file (`weights: <path>` to a torchvision state
 dict, e.g. `resnet50-0676ba61.pth`); nothing is downloaded. Without weights the model is
-randomly initialised (a log note says so). FedPFT (fedpft.md §4) uses an ImageNet ResNet-50
-frozen, on inputs resized to 224 with ImageNet mean/std: `weights=<file> freeze=true resize=224`.
+randomly initialised (a log note says so). FedPFT (Beitollahi et al., 2024, Section 5.1) uses an
+ImageNet ResNet-50 frozen, on inputs resized to 224 with ImageNet mean/std:
+`weights=<file> freeze=true resize=224`.
 """
 
 import logging

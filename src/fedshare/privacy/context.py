@@ -1,4 +1,5 @@
-"""Context-identification attack on shared items (flea.md §7 and §8 item 27, Fig. 9(d)).
+"""Context-identification attack on shared items (FLea's Section 4.4 and App. D,
+Fig. 9(d)).
 
 An attacker who knows a "context" (a 5×5 square stamped near the top-left corner of channel 0,
 a broken-camera spot: pixels [2:7, 2:7] at full intensity, FLea's illustration) trains a binary
@@ -152,7 +153,7 @@ def _view(
     if view == "average":
         return lambda e: prepared(e).mean(dim=1).flatten(1)
     layer = split if split is not None else getattr(model, "flea_layer", None)
-    if layer is None:
+    if layer is None or model is None:
         raise FedshareError("the features view needs a block model with a FLea split")
     return lambda e: activations(model, prepared(e)[:, 0], layer).flatten(1)
 

@@ -1,4 +1,5 @@
-"""Distance correlation between inputs and their representations (flea.md §2.5, §8 item 3).
+"""Distance correlation between inputs and their representations (FLea's Eqs. 5 and 8,
+Section 3.3.2, and its code).
 
 Two forms, both differentiable and safe at zero distances:
 
@@ -83,7 +84,7 @@ def distance_correlation(
 ) -> torch.Tensor:
     """Distance correlation between n inputs `x` (n, *) and n representations `f` (n, *).
 
-    `variant="code"` (default, flea.md §2.5 [code]) returns dCov/(√dVar_x·√dVar_f) on plain
+    `variant="code"` (default, FLea's code) returns dCov/(√dVar_x·√dVar_f) on plain
     distances with the code's epsilon `eps` (eps=0: the exact textbook dCor). `variant="paper"`
     returns ν²(x,f)/√(ν²(x,x)ν²(f,f)) on squared distances (`squared=False`: plain ones).
     With `batch_dims=k` the first k dims index independent groups and a tensor of that shape is
@@ -135,8 +136,8 @@ def mean_distance_correlation(
     chunks of `chunk` items (dCor's finite-sample bias depends on n, so the chunk size is
     fixed to compare strategies). Sequences of tensors are evaluated chunk-wise per tensor
     pair (e.g. per client). None when there are too few items."""
-    if isinstance(sources, torch.Tensor):
-        sources, shared = [sources], [shared]  # type: ignore[list-item]
+    if isinstance(sources, torch.Tensor) and isinstance(shared, torch.Tensor):
+        sources, shared = [sources], [shared]
     values = []
     for src, out in zip(sources, shared, strict=True):
         src = src.reshape(src.shape[0], -1).double()

@@ -1,15 +1,15 @@
 """Differential privacy: the Gaussian mechanism, its noise calibrations, and DP-FedPFT's private
 release of a Gaussian's mean and covariance.
 
-Spec: shared/specs/fedpft.md §2.5 (Theorem 4.1, Appendix B), §7 A17, §8 C7–C9.
+DP-FedPFT: Beitollahi et al. (2024), Section 4.3, Theorem 4.1 and Appendix B.
 
 DP-FedPFT (K = 1) releases μ̃ = μ̂ + Δμ and Σ̃ = Proj_PSD(Σ̂ + ΔΣ) of features in the unit ball,
 with μ̂ the mean and Σ̂ the biased (1/n) covariance, every entry of Δμ and of the upper triangle
-of ΔΣ i.i.d. N(0, σ²) (the lower triangle mirrors it, so Σ̃ stays symmetric: §7 A17 iii). The
+of ΔΣ i.i.d. N(0, σ²) (the lower triangle mirrors it, so Σ̃ stays symmetric). The
 joint ℓ₂-sensitivity of (μ̂, Σ̂) under add/remove-one is 2√10/n (‖Δμ̂‖ ≤ 2/n, ‖ΔΣ̂‖_F ≤ 6/n).
 Calibrations:
 - "paper": σ = (4 / (nε))·√(5 ln(c/δ)), c = 4 (Theorem 4.1, the default) or 2 (the proof).
-  The classical Gaussian mechanism behind it is proven only for ε < 1 (§9), and it stops being
+  The classical Gaussian mechanism behind it is proven only for ε < 1, and it stops being
   (ε, δ)-DP near ε ≈ 7–10 (n = 100, ε = 10: exact δ ≈ 0.0116 > 0.01), so by default
   (`check=True`) the exact condition below is evaluated at the paper's σ and a failure raises.
 - "analytic": the smallest σ of the analytic Gaussian mechanism (Balle & Wang, 2018) for that
@@ -18,11 +18,11 @@ Exact condition (Balle & Wang 2018, Theorem 8): N(0, σ²) on a query of ℓ₂-
 (ε, δ)-DP iff δ(σ) = Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ) ≤ δ.
 Reductions for the diag/spherical families (`reduce_covariance`): "raw" (FedPFT's default) reads
 the diagonal/trace of the symmetric noisy Σ̂ + ΔΣ, an unbiased estimate of the true one;
-"projected" (§7 A17 v) reads them after the PSD projection, which keeps only the positive noise
+"projected" reads them after the PSD projection, which keeps only the positive noise
 eigenvalues and so inflates the variance (CIFAR-10 sample features, I = 10, ε = 1: mean λ 4.42
 projected vs −0.0067 raw vs 0.0018 true). Both are post-processing of the same release: same
 guarantee.
-Deviation to note: the count n is released without noise (as in the paper, §7 A17 vi).
+Deviation to note: the count n is released without noise (as in the paper, Section 4.3).
 """
 
 import math
@@ -116,7 +116,11 @@ def project_psd(matrix: torch.Tensor) -> torch.Tensor:
 
 
 def symmetric_noise(
-    dim: int, std: float, generator: torch.Generator | None, dtype: torch.dtype, device: object
+    dim: int,
+    std: float,
+    generator: torch.Generator | None,
+    dtype: torch.dtype,
+    device: torch.device | str,
 ) -> torch.Tensor:
     """A d×d symmetric matrix whose upper-triangle entries are i.i.d. N(0, std²)."""
     upper = torch.randn(dim, dim, generator=generator, dtype=dtype, device=device).triu()

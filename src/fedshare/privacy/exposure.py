@@ -1,4 +1,5 @@
-"""Exposure accounting for strategies that share data-derived artefacts (flea.md §7).
+"""Exposure accounting for strategies that share data-derived artefacts (FLea's
+Section 4.4).
 
 Two quantities, both cumulative over the run:
 

@@ -1,4 +1,4 @@
-"""The MDS privacy distance of XorMixFL (Shin et al. 2020; specs/xormixfl.md §4, A11).
+"""The MDS privacy distance of XorMixFL (Shin et al. 2020, Section 4.2).
 
 "The minimum MDS value between the augmented sample and any raw sample contributing to it":
 for each shared/augmented sample a with contributing raw samples R(a),

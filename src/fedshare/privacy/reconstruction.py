@@ -1,4 +1,5 @@
-"""Reconstruction attack on shared activations (flea.md §7, Fig. 9(c); after Dosovitskiy & Brox).
+"""Reconstruction attack on shared activations (FLea's Section 4.4 and App. D, Fig. 9(c);
+after Dosovitskiy & Brox).
 
 The attacker knows the frozen global model and trains a decoder that maps the activations at
 the shared block l back to the inputs. FLea's decoder (Table 5) is a stack of convolutions with
@@ -24,6 +25,7 @@ from fedshare.data.dataset import Dataset
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError
+from fedshare.models.base import as_block_model
 
 
 def table5_decoder(in_channels: int = 16, out_channels: int = 3) -> nn.Module:
@@ -61,7 +63,8 @@ def activations(model: nn.Module, x: torch.Tensor, split: int, batch: int = 512)
     """θ[:split](x) with the model in eval mode (the frozen global model)."""
     was = model.training
     model.eval()
-    out = torch.cat([model.encode(chunk, split) for chunk in x.split(batch)])
+    blocks = as_block_model(model)
+    out = torch.cat([blocks.encode(chunk, split) for chunk in x.split(batch)])
     model.train(was)
     return out
 

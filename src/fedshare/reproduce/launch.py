@@ -60,8 +60,8 @@ def job_overrides(item: Plan, out: Path, extra: Sequence[str] = ()) -> list[str]
     """The overrides of one cell's job: its own, then `extra` (replacing its own of the same
     key), its folder, and resume/overwrite."""
     folder = (out / item.cell.folder).resolve()
-    state = {RESUME: ["resume=true"], RESTART: ["overwrite=true"], FAILED: ["overwrite=true"]}
-    state = state.get(item.state, [])
+    by_state = {RESUME: ["resume=true"], RESTART: ["overwrite=true"], FAILED: ["overwrite=true"]}
+    state = by_state.get(item.state, [])
     return [
         *merged(item.cell.overrides, extra),
         f"run_dir={folder}",

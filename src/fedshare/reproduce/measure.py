@@ -206,8 +206,9 @@ def measure(
     is of its own metric). No `numbers`: a check of no paper table (default metric
     `final_accuracy`)."""
     stored = load_stored(out)["cells"] if out.is_file() else None
-    found: dict[tuple[str, str, str], Measured] = {}
-    for table in numbers or [None]:
+    found: dict[tuple[str | None, str, str], Measured] = {}
+    tables: list[str | None] = [*numbers] if numbers else [None]
+    for table in tables:
         name = metric or str(
             load_table(table).get("metric", DEFAULT_METRIC) if table else DEFAULT_METRIC
         )
@@ -266,7 +267,7 @@ def load_stored(path: Path) -> dict[str, Any]:
         isinstance(c, dict)
         and {"numbers", "column", "method", "seeds"} <= c.keys()
         and ("values" in c or "mean" in c)
-        and len(c.get("values", c["seeds"])) == len(c["seeds"])
+        and len(c["values"] if "values" in c else c["seeds"]) == len(c["seeds"])
         and len(_per_seed(c)) in (0, len(c["seeds"]))
         and isinstance(c.get("stat_means", {}), dict)
         and all(len(v) == len(c["seeds"]) for v in c.get("lists", {}).values())

@@ -225,7 +225,7 @@ def _groups(items: Sequence[Measured]) -> list[tuple[str, list[Measured]]]:
     several_tables, several_columns = len({n for n, _ in keys}) > 1, len(names) > 1
     groups = []
     for numbers, column in keys:
-        where = [numbers] * several_tables + [f"column `{names[column]}`"] * several_columns
+        where = [str(numbers)] * several_tables + [f"column `{names[column]}`"] * several_columns
         caption = f" ({', '.join(where)})" if where else ""
         mine = [i for i in items if (i.numbers, i.column) == (numbers, column)]
         groups.append((caption, mine))

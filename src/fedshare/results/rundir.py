@@ -167,7 +167,7 @@ def summarize(history: Sequence[Mapping[str, Any]], **fields: Any) -> dict[str, 
     """The summary.json dict: accuracy statistics over the evaluated rounds plus `fields`.
 
     `last10_mean_accuracy` / `last5_mean_accuracy` are means over the last 10 / 5 *evaluated*
-    rounds (flea.md §8 item 20 asks for the last-5 mean beside the best).
+    rounds, beside the best that FLea's Table 1 reports (a best alone flatters a noisy run).
     """
     accs = [r["accuracy"] for r in history if r.get("accuracy") is not None]
     last = history[-1] if history else {}

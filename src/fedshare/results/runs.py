@@ -3,7 +3,7 @@
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fedshare.errors import FedshareError
 
@@ -65,7 +65,8 @@ def _read_config(path: Path) -> dict[str, Any]:
         config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception as err:  # omegaconf raises several types for a malformed file
         raise FedshareError(f"cannot read {path}: {err}") from None
-    return config if isinstance(config, dict) else {}
+    # a run's config.yaml has string keys at every level
+    return cast(dict[str, Any], config) if isinstance(config, dict) else {}
 
 
 def load_run(path: str | Path) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""FedAvg with a label-prior-calibrated local loss: the shared shape of BSM-FedAvg, FedLC and
-FedRS (shared/specs/rebafl.md §5). Each subclass only says how the logits are calibrated from the
-client's class counts; the server is plain sample-weighted FedAvg and inference is the plain
-softmax of the global model.
+"""FedAvg with a label-prior-calibrated local loss: the shared shape of BSM-FedAvg, FedLC and FedRS
+(ReBaFL's baselines, Xu et al., Section 5.1). Each subclass only says how the logits are calibrated
+from the client's class counts; the server is plain sample-weighted FedAvg and inference is the
+plain softmax of the global model.
 """
 
 from dataclasses import dataclass

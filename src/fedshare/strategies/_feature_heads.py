@@ -35,7 +35,7 @@ from fedshare.engine.rng import torch_generator
 from fedshare.engine.training import check_finite, fit, shuffled_positions
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.losses import distillation_kl
-from fedshare.models.base import BlockModel
+from fedshare.models.base import BlockModel, as_block_model
 
 EXTRACT_BATCH = 1024
 HEAD_TRAINING = {
@@ -69,6 +69,7 @@ class HeadBudget:
 
     def head_epochs(self, train: TrainConfig) -> int:
         """Passes of a local head over its own data (client side: `num_clients` is public)."""
+        # a mixin: `num_clients` is the Strategy's (`client_setup`), which mypy cannot see here
         scale = self.num_clients if self.head_budget == "pooled" else 1  # type: ignore[attr-defined]
         return train.local_epochs * scale
 
@@ -103,9 +104,10 @@ def extract(model: nn.Module, x: torch.Tensor, l2_normalize: bool = False) -> to
     """f(x) as (n, d) float32 for prepared inputs `x`, in eval mode, in chunks."""
     was_training = model.training
     model.eval()
+    blocks = as_block_model(model)
     chunks = []
     for start in range(0, len(x), EXTRACT_BATCH):
-        f = model.features(x[start : start + EXTRACT_BATCH])  # type: ignore[operator]
+        f = blocks.features(x[start : start + EXTRACT_BATCH])
         chunks.append(f.flatten(1).float())
     model.train(was_training)
     feats = torch.cat(chunks) if chunks else torch.zeros(0, 0, device=x.device)
@@ -120,7 +122,9 @@ def client_features(
     return extract(client.model, x, l2_normalize), y
 
 
-def fresh_head(dim: int, num_classes: int, generator: torch.Generator, device: object) -> nn.Linear:
+def fresh_head(
+    dim: int, num_classes: int, generator: torch.Generator, device: torch.device | str
+) -> nn.Linear:
     """A new linear head with PyTorch's default init U(−1/√d, 1/√d), drawn from `generator`."""
     head = nn.Linear(dim, num_classes).to(device)
     bound = 1.0 / math.sqrt(dim)
@@ -234,12 +238,12 @@ class FeatureClassifier(nn.Module):
 
     def __init__(self, model: nn.Module, head: nn.Module, l2_normalize: bool) -> None:
         super().__init__()
-        self.model = model
+        self.model = as_block_model(model)
         self.classifier = head
         self.l2_normalize = l2_normalize
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.model.features(x).flatten(1)  # type: ignore[operator]
+        f = self.model.features(x).flatten(1)
         return self.classifier(F.normalize(f, dim=1) if self.l2_normalize else f)
 
 

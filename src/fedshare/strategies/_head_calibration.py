@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from fedshare.engine.client import Client
 from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError
+from fedshare.models.base import as_block_model
 from fedshare.strategies._feature_heads import head_accuracy
 from fedshare.strategies.base import Message, Phase, Update
 from fedshare.strategies.fedavg import FedAvg
@@ -62,7 +63,7 @@ class HeadCalibration(FedAvg):
     ) -> tuple[float, float]:
         """Re-train the global head on (x, y) with Adam (`calibration_lr`, `calibration_epochs`
         passes of shuffled batches drawn from `gen`); its accuracy on them before and after."""
-        head = self.model.head
+        head = as_block_model(self.model).head
         before = head_accuracy(head, x, y)
         optimizer = torch.optim.Adam(head.parameters(), lr=self.calibration_lr)
         batches = shuffled_positions(

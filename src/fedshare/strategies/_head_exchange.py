@@ -2,7 +2,7 @@
 
 FedPFT's Table 2 is two-client decentralized FL: the source sends its head once to the
 destination, which combines it with its own, and the paper counts that one transfer
-(specs/fedpft.md §2.4, §5). With `to_last_client=true` the sources send their heads (and their
+(FedPFT's Sections 4.2 and 5.3). With `to_last_client=true` the sources send their heads (and their
 sample counts, for a weighted mean) as peer messages (`Update.to_peers`: `bytes_peer`), the
 last client combines what it received with its own head, and nothing goes to a server or back
 (no final download: the result lives on the last client). The destination's heads reach the
@@ -29,7 +29,7 @@ class HeadExchange:
     instead of uploading them to a server."""
 
     @property
-    def clients_in_order(self) -> bool:  # type: ignore[override]
+    def clients_in_order(self) -> bool:
         """The last client combines the heads the others sent it in the same round."""
         return self.to_last_client
 
@@ -46,6 +46,7 @@ class HeadExchange:
         """The client's step once its head is trained: upload it, or send it on."""
         if not self.to_last_client:
             return Update(client.id, client.num_samples, weights=vector)
+        # a mixin: `num_clients` is the Strategy's (`client_setup`), which mypy cannot see here
         last = self.num_clients - 1  # type: ignore[attr-defined]
         if client.id != last:
             count = torch.tensor([client.num_samples], device=vector.device)
@@ -66,4 +67,5 @@ class HeadExchange:
     def final_download(self) -> Message | None:
         if self.to_last_client:
             return None  # the combined head is on the last client already
+        # a mixin: the next class in the strategy's MRO is the Strategy, unknown to mypy here
         return super().final_download()  # type: ignore[misc]

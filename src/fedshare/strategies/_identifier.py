@@ -1,9 +1,10 @@
-"""FedAA's client identifier I_k (fedaa.md §2.6, Eq. 6): a 3-layer MLP on the extractor's
+"""FedAA's client identifier I_k (FedAA's Section 3.4, Eq. 6): a 3-layer MLP on the extractor's
 features that tells client k's adversarial examples (1) from the other clients' (0).
 
-Architecture [REC]: d_F → hidden → hidden → 1 with LeakyReLU(0.2), logits out (the sigmoid
-lives in the loss). Loss (Eq. 6): J = mean_pos softplus(−z) + mean_neg softplus(z), the two
-groups averaged separately (a batch missing a group skips that term).
+Architecture (the paper gives 512 hidden units, Section 4.1, not the layers): d_F → hidden → hidden
+→ 1 with LeakyReLU(0.2), logits out (the sigmoid lives in the loss). Loss (Eq. 6): J = mean_pos
+softplus(−z) + mean_neg softplus(z), the two groups averaged separately (a batch missing a group
+skips that term).
 """
 
 import torch

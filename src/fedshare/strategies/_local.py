@@ -12,7 +12,8 @@ from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Update
 from fedshare.engine.training import check_finite, fit
 
-LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+LossFn = Callable[..., torch.Tensor]
+"""`loss(model, *batch)`: `loss(model, x, y)`, or more tensors where the batches carry more."""
 GradHook = Callable[[nn.Module], None]
 StepHook = Callable[[nn.Module], None]
 

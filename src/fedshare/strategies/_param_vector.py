@@ -30,7 +30,7 @@ class ParamVector:
         self.sizes = [int(p.numel()) for p in self.params(model)]
         self.shapes = [tuple(p.shape) for p in self.params(model)]
 
-    def params(self, model: nn.Module) -> list[nn.Parameter]:
+    def params(self, model: nn.Module) -> list[torch.Tensor]:
         """The trainable parameters of `model` (the worker or the global model) in order."""
         named = dict(model.named_parameters())
         return [named[name] for name in self.names]
@@ -49,7 +49,7 @@ class ParamVector:
         }
 
     def add_to_grads(
-        self, params: list[nn.Parameter], vector: torch.Tensor, alpha: float = 1.0
+        self, params: list[torch.Tensor], vector: torch.Tensor, alpha: float = 1.0
     ) -> None:
         """grad += alpha · vector (split per parameter); parameters without a gradient in this
         step are left alone, as FedProx does."""

@@ -1,5 +1,5 @@
 """One-shot local heads distilled on the server's own unlabelled inputs (FedPFT's Table 5
-baselines FedBE and FedKT, specs/fedpft.md §4.3; the engine's `server_data`).
+baselines FedBE and FedKT, its Section 5.2; the engine's `server_data`).
 
 Every client trains a head on its own features from the common initialisation and uploads it
 once (as `oneshot_avg`, whose sample-weighted mean the server also forms). The server then

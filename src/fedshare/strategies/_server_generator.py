@@ -4,7 +4,7 @@ the summary. A subclass says which generator (`_generator`) and how it is traine
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -13,16 +13,18 @@ from fedshare.engine.flat import FlatState
 from fedshare.strategies.base import ClientSetup, SetupContext
 from fedshare.strategies.fedavg import FedAvg
 
+G = TypeVar("G", bound=nn.Module)
+
 
 @dataclass
-class ServerGenerator(FedAvg):
+class ServerGenerator(FedAvg, Generic[G]):
     """FedAvg plus a server-trained generator (`generator`, flattened by `gen_flat`)."""
 
     generator_lr: float = 3e-4
 
     def _generator(
         self, model: nn.Module, num_classes: int, input_shape: tuple[int, ...], seed: int
-    ) -> nn.Module:
+    ) -> G:
         """A new generator, initialised from `seed` (the same on the server and the clients)."""
         raise NotImplementedError
 

@@ -2,16 +2,17 @@
 FedData).
 
 * `fixed_subset` / `fixed_groups`: which of a client's samples it shares, drawn once per client
-  from (seed, purpose, client), so the same samples are exposed every time (flea.md §8 item 9);
+  from (seed, purpose, client), so the same samples are exposed every time (FLea's fixed S_k,
+  Section 3.2);
 * `OneShotSharing`: round 0 gathers artefacts from *every* client and sends the pool to every
-  client once, which keeps it (FedMix and FedData as FLea's code runs them, flea.md §5); the
+  client once, which keeps it (FedMix and FedData as FLea's code runs them, App. C.3); the
   engine counts the bytes of both exchanges; exposure and the dCor of the shared items are
   tracked;
 * `MeanSharing`: the one-shot upload of means of `mean_size` samples (FedMix with their mean
   labels, FedBR without labels).
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -178,7 +179,7 @@ class OneShotSharing(Strategy):
             "shared_dcor": self.shared_dcor,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.pool = {k: v.to(self.device) for k, v in state["pool"].items()}
         self.pool_owners = list(state["pool_owners"])

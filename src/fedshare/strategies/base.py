@@ -25,6 +25,8 @@ from fedshare.engine.messages import Message, Update
 from fedshare.params import check_params
 from fedshare.registry import Registry
 
+M = TypeVar("M", bound=nn.Module)
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -153,6 +155,7 @@ class Strategy:
         ]
         if owners[1] is None or owners[0] is not owners[1]:
             return None
+        # defined by the subclasses that batch; the MRO look-up above found it
         return self.batched_update  # type: ignore[attr-defined]
 
     def broadcast(self, round_idx: int) -> Message:
@@ -198,8 +201,12 @@ class Strategy:
         return None
 
     # ------------------------------------------------------------------ helpers
-    def load_weights(self, model: nn.Module, flat: torch.Tensor) -> nn.Module:
-        return self.flat.load_(model, flat)
+    def load_weights(self, model: M, flat: torch.Tensor | None) -> M:
+        """`model`, with the flat weights `flat` (a message's `weights`) copied in place."""
+        if flat is None:
+            raise ValueError(f"{self.name}: the message carries no weights to load")
+        self.flat.load_(model, flat)
+        return model
 
     def average_weights(
         self, updates: Iterable[Update], collect: list[Update] | None = None
@@ -228,6 +235,13 @@ class Strategy:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
+
+
+def sent_weights(item: Message | Update) -> torch.Tensor:
+    """`item.weights` where the protocol always sends them; a ValueError if they are missing."""
+    if item.weights is None:
+        raise ValueError(f"{type(item).__name__} carries no weights where the protocol sends them")
+    return item.weights
 
 
 S = TypeVar("S", bound=type[Strategy])

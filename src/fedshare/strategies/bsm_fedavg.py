@@ -1,6 +1,6 @@
 """BSM-FedAvg: FedAvg whose local loss is balanced softmax (the BSM loss of FedRoD, Chen &
 Chao, ICLR 2022) with the client's exact label prior, as ReBaFL's baseline
-(shared/specs/rebafl.md §2.1 Eq. 8, §5).
+(Xu et al., Eq. 8, Section 3.2; the baselines of Section 5.1).
 
 Deviation: absent classes get an exact −∞ logit offset (they leave the softmax) where the
 official code adds 1e-9 to the prior (offset ≈ −20.7); with ε = 0 this is ReBaFL's R-BSM.

@@ -12,7 +12,7 @@ Eqs. for the global mean and covariance, `fedshare.functional.class_gaussians`),
 and re-trains the classifier (the model's `head`, from the FedAvg head) on them by cross-entropy;
 the last round is evaluated with the calibrated head.
 
-Open choices (the paper's implementation details are not in the spec): M_c = 100 for every
+Open choices (fedshare's, not taken from the CCVR paper): M_c = 100 for every
 class and the re-training optimiser (Adam, lr 1e-3, 10 epochs, batch 32). `calibration_epochs=0`
 is FedAvg exactly plus the counted upload (a test). What it exposes: statistics of groups of
 inputs, not single inputs, except a (client, class) with one sample, whose "mean" is that

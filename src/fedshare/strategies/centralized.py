@@ -1,7 +1,7 @@
 """Centralized training: the model trained on the union of all clients' data (the upper reference).
 
-Spec: shared/specs/fedpft.md §4.3 ("Centralized (oracle)": the head trained on the pooled
-raw features; its cost is the raw features at 16-bit, §7 A23). Usable with any dataset and model.
+FedPFT's "Centralized (oracle)" (Section 5.2): the head trained on the pooled raw features; its
+cost is the raw features at 16-bit. Usable with any dataset and model.
 
 The first time a client takes part it uploads its stored training samples with their labels
 (payload, so `bytes_shared` is the cost of sending the data: floating-point inputs such as
@@ -13,7 +13,7 @@ optimizer, batch size, augmentation and this round's learning rate
 part of the checkpoint, so a resumed run equals an uninterrupted one.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -103,6 +103,6 @@ class Centralized(Strategy):
             "pool_y": self.pool_y,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # type: ignore[override]
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.pool_x, self.pool_y = state.get("pool_x"), state.get("pool_y")

@@ -1,13 +1,13 @@
-"""DSFL as FedPFT compares against it (shared/specs/fedpft.md §4.3: "dynamic sparsification,
-top-K = half the head's parameters"; Beitollahi et al., 2022).
+"""DSFL (dynamic sparsification; Beitollahi et al., 2022) as FedPFT compares against it (its
+Section 5.2 and Table 5): top-K with K half the head's parameters.
 
 FedAvg whose clients upload only the K = ⌈`keep`·|θ|⌉ largest-magnitude entries of their update
 Δ_k = θ_k − θ, as one byte string (`functional/sparse.py`): a bit mask of the kept positions
 (|θ|/8 bytes) and their fp32 values (4K bytes), 53 % of a dense upload at keep = 0.5 — the
 engine counts that string as the client's upload. The server adds the n_k-weighted mean of the
 sparse updates to θ. With `error_feedback` each client keeps what it dropped (in
-`client.state`) and adds it to its next update. Deviation: K is fixed; the spec gives only
-"top-K = half", not how the original adapts the sparsity over rounds. Any local optimizer: the
+`client.state`) and adds it to its next update. Deviation: K is fixed; how the original adapts the
+sparsity over rounds is not built. Any local optimizer: the
 sparsification and the residual act on the weight update Δ_k, whatever produced it.
 """
 
@@ -21,7 +21,7 @@ from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.functional.sparse import pack, top_k_mask, unpack
 from fedshare.strategies._local import train_stacked
-from fedshare.strategies.base import Message, Update, register_strategy
+from fedshare.strategies.base import Message, Update, register_strategy, sent_weights
 from fedshare.strategies.fedavg import FedAvg
 
 
@@ -50,8 +50,7 @@ class DSFL(FedAvg):
 
     def sparsify(self, client: Client, update: Update, message: Message) -> Update:
         """Replace the trained weights by the packed top-K of Δ_k (plus the kept residual)."""
-        assert update.weights is not None
-        delta = update.weights - message.weights
+        delta = sent_weights(update) - sent_weights(message)
         if self.error_feedback:
             delta = delta + client.state.get("residual", torch.zeros_like(delta))
         mask = top_k_mask(delta, math.ceil(self.keep * delta.numel()))

@@ -1,6 +1,6 @@
 """One-shot ensemble of local heads (FedPFT's "Ensemble" baseline).
 
-Spec: shared/specs/fedpft.md §4.3 (Ensemble), §7 A8, A13; §3 (each client sends its head).
+FedPFT's Section 5.2 (Beitollahi et al., 2024): each client sends its head once.
 
 One round: each client trains a linear head on its own features (`feature_heads.local_head`,
 common initialisation, the run's `train` settings for `head_budget` passes: I ×
@@ -9,9 +9,9 @@ numbers in `head_dtype`, counted as `bytes_up`; with `to_last_client=true` the s
 theirs to the last client instead, Table 2's one transfer, `_head_exchange`). The server (or
 the last client) keeps every head; the global model predicts with the softmax of every head
 combined by `rule`: "max" (the paper: the class with the highest probability across all
-models) or "mean" (the mean of the probabilities; §7 A13 notes that max is unstable under
-Dir(0.1)). The evaluated output is the log of the combined probabilities
-renormalised to sum to 1 (so the logged loss is a cross-entropy).
+models) or "mean" (the mean of the probabilities, steadier than max under Dir(0.1)). The evaluated
+output is the log of the combined probabilities renormalised to sum to 1 (so the logged loss is a
+cross-entropy).
 """
 
 from collections.abc import Iterable, Mapping
@@ -25,6 +25,7 @@ from torch import nn
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.gmm import WIRE_DTYPES
+from fedshare.models.base import as_block_model
 from fedshare.strategies._feature_heads import (
     HEAD_TRAINING,
     HeadBudget,
@@ -42,6 +43,9 @@ RULES = ("max", "mean")
 class EnsembleClassifier(nn.Module):
     """log of the `rule`-combined softmax of M linear heads on the shared features."""
 
+    weights: torch.Tensor
+    biases: torch.Tensor
+
     def __init__(
         self,
         model: nn.Module,
@@ -51,14 +55,14 @@ class EnsembleClassifier(nn.Module):
         l2_normalize: bool = False,
     ) -> None:
         super().__init__()
-        self.model = model
+        self.model = as_block_model(model)
         self.register_buffer("weights", weights)  # (M, C, d)
         self.register_buffer("biases", biases)  # (M, C)
         self.rule = rule
         self.l2_normalize = l2_normalize
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.model.features(x).flatten(1)  # type: ignore[operator]
+        f = self.model.features(x).flatten(1)
         if self.l2_normalize:
             f = F.normalize(f, dim=1)
         probs = torch.softmax(
@@ -70,7 +74,9 @@ class EnsembleClassifier(nn.Module):
 
 @register_strategy("ensemble")
 @dataclass
-class Ensemble(HeadBudget, HeadExchange, Strategy):
+# HeadExchange's `clients_in_order` is a property of its `to_last_client` parameter, where
+# Strategy declares a class constant
+class Ensemble(HeadBudget, HeadExchange, Strategy):  # type: ignore[override]
     """Prediction by the ensemble of the clients' local heads (max or mean rule)."""
 
     one_shot: ClassVar[bool] = True
@@ -126,7 +132,7 @@ class Ensemble(HeadBudget, HeadExchange, Strategy):
             state["biases"] = self.ensemble.biases
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # type: ignore[override]
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         if "weights" in state:
             self.ensemble = EnsembleClassifier(

@@ -1,7 +1,7 @@
-"""Feature re-calibration: the "CCVR" row of FLea's Table 1 (spec: shared/specs/flea.md §5 and
-§8 item 21). Not CCVR itself (Luo et al., NeurIPS 2021), which is `strategy=ccvr`
-(`strategies/ccvr.py`): FLea's paper (App. C.3) fits the classifier "using the features instead of
-distributions as used in" CCVR, "the same amount of features as our method".
+"""Feature re-calibration: the "CCVR" row of FLea's Table 1 (FLea's App. C.3). Not CCVR itself (Luo
+et al., NeurIPS 2021), which is `strategy=ccvr` (`strategies/ccvr.py`): FLea's paper (App. C.3) fits
+the classifier "using the features instead of distributions as used in" CCVR, "the same amount of
+features as our method".
 
 FedAvg for every round; after the last round's aggregation a `calibrate` phase sends the
 global model to every client, each client uploads the features at the head's input (`features`,
@@ -14,7 +14,7 @@ FLea's paper form: the features themselves ("the same amount of features as FLea
 client's data, FLea's α), not CCVR's Gaussians fitted to per-class feature statistics, which
 FLea calls an upper bound for CCVR; its script (`run/Image/run_FedCCVR.sh`, read at b85be07)
 instead fine-tunes the model on the shared 10 % subsets of raw inputs (`--layer -1`), which this
-strategy does not do (the spec follows the paper). Every uploaded feature is one input's: the
+strategy does not do (it follows the paper). Every uploaded feature is one input's: the
 summary counts them (`shared_single_features`, `shared_sample_fraction`). With
 `calibration_epochs=0` the run is FedAvg exactly (plus the counted feature upload).
 """
@@ -28,7 +28,7 @@ import torch
 from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError
-from fedshare.models.base import require_body
+from fedshare.models.base import as_block_model, require_body
 from fedshare.strategies._feature_heads import extract
 from fedshare.strategies._head_calibration import HeadCalibration
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
@@ -67,7 +67,7 @@ class FeatureRecalibration(HeadCalibration):
 
     def context_view(self) -> dict[str, Any]:
         """Single-input head-input features of the final global model."""
-        model = self.global_model()
+        model = as_block_model(self.global_model())
         return {"view": "features", "model": model, "split": model.num_blocks - 1}
 
     def calibration_step(self, client: Client, message: Message) -> Update:

@@ -1,17 +1,17 @@
 """FedAA (Chen et al., "FedAA: Using Non-sensitive Modality to Solve Non-IID Puzzles in
-Federated Learning"; spec: shared/specs/fedaa.md).
+Federated Learning", Sections 3.3–3.5).
 
-One round, two exchanges with the same cohort (§2.2, Algorithm 4):
+One round, two exchanges with the same cohort (the paper's Algorithm 4):
 
 A. (`train` phase) each client trains E1 = `train.local_epochs` epochs from the global model
    and uploads its model and its non-sensitive items: the ids of the classes it holds
-   (§1.2, §2.10: every distinct local label; int16, counted as shared bytes).
+   (Section 3.2: every distinct local label; int16, counted as shared bytes).
 B. (server, in the `train` phase's aggregate)
    1. for each client k, `adv_per_label` inputs per shared label, optimised from N(0, σ²) noise
       with L-BFGS(-B) until k's frozen model assigns them k's labels (Eq. 4,
       `fedshare.functional.fooling`);
    2. each client's model fine-tuned on the *other* clients' examples and labels (Eq. 5: SGD,
-      `finetune_epochs` epochs, §2.5 [REC]), then the n_k-weighted mean: F_avg (Eq. 6);
+      `finetune_epochs` epochs, Section 3.3), then the n_k-weighted mean: F_avg (Eq. 6);
    3. a fresh identifier I_k per client (`_identifier`, re-initialised every round) trained
       with Adam to tell k's examples from the others' on F_avg's frozen features (Eq. 6).
 C. (`second` phase) each client receives F_avg and, addressed to it alone, its own I_k
@@ -20,30 +20,29 @@ C. (`second` phase) each client receives F_avg and, addressed to it alone, its o
 D. the n_k-weighted mean of the second-pass models is the round's global model.
 
 Adversarial examples and identifiers never leave the server except I_k to client k; both are
-discarded at the end of the round. Ablations (§2.9): `identifier=false` is Non-I (phase C runs
-as a plain `second_epochs` pass, λ = 0, no identifier trained or sent: equal compute);
+discarded at the end of the round. Ablations (Section 4.2, Table 3): `identifier=false` is Non-I
+(phase C runs as a plain `second_epochs` pass, λ = 0, no identifier trained or sent: equal compute);
 `finetune=false` is Non-F (F_avg is the mean of the phase-A models; examples are still
 synthesised for the identifier).
 
-Choices the paper leaves open follow the spec's [REC]: n_adv = 32 per (client, label), σ = 1
-in the normalised input space clipped to the box of valid pixels (uint8 images; other data are
-unbounded), L-BFGS with maxiter 100 (`adv_solver=auto`: scipy's L-BFGS-B on a CPU run, torch's
-L-BFGS with projection on a CUDA run, which keeps the examples on the device), the fine-tune
-with local training's optimizer and lr (plain SGD under `train_defaults`) × 10 epochs × batch
-256, identifier 512 hidden, Adam 4e-4 β = (0.5, 0.9), 10 epochs, batch 256, n_k/n weights
-everywhere (§7 items 1–9, 17). Deviation: λ of Eq. 7 (`adv_loss_weight`) defaults to 0.03, not
-the spec's λ = 1 (§7 item 7): the paper sums the identifier term per sample but averages the
-cross-entropy and gives the term its own rate η3 without a value, so the weight is open; at
-λ = 1 the term costs one-class clients 8–16 accuracy points against Non-I, at 0.03 it stays
-within 0–4 points of Non-I (docs/fedaa.md "The weight of Eq. 7", measured).
-Each round's metrics log the examples' loss before/after and the share the generating model
-assigns to its target (at one class per client a locally trained model already predicts it for
-noise, §2.4), the identifiers' balanced accuracy, and the time of each stage.
+Choices the paper leaves open: n_adv = 32 per (client, label), σ = 1 in the normalised input space
+clipped to the box of valid pixels (uint8 images; other data are unbounded), L-BFGS with maxiter 100
+(`adv_solver=auto`: scipy's L-BFGS-B on a CPU run, torch's L-BFGS with projection on a CUDA run,
+which keeps the examples on the device), the fine-tune with local training's optimizer and lr (plain
+SGD under `train_defaults`) × 10 epochs × batch 256, identifier 512 hidden, Adam 4e-4 β = (0.5,
+0.9), 10 epochs, batch 256, n_k/n weights everywhere. λ of Eq. 7 (`adv_loss_weight`) defaults to
+0.03, not 1: the paper sums the identifier term per sample but averages the cross-entropy and gives
+the term its own rate η3 without a value, so the weight is open; at λ = 1 the term costs one-class
+clients 8–16 accuracy points against Non-I, at 0.03 it stays within 0–4 points of Non-I
+(docs/fedaa.md "The weight of Eq. 7", measured). Each round's metrics log the examples' loss
+before/after and the share the generating model assigns to its target (at one class per client a
+locally trained model already predicts it for noise), the identifiers' balanced accuracy, and the
+time of each stage.
 """
 
 import copy
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
@@ -54,6 +53,7 @@ from torch import nn
 from torch.func import functional_call
 
 from fedshare.engine.aggregation import RunningMean
+from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.optim import learning_rate, make_optimizer
@@ -61,7 +61,7 @@ from fedshare.engine.rng import derive_seed, torch_generator
 from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError
 from fedshare.functional.fooling import SOLVERS, Box, fool
-from fedshare.models.base import feature_width, require_body
+from fedshare.models.base import BlockModel, as_block_model, feature_width, require_body
 from fedshare.strategies._identifier import ClientIdentifier, train_identifier
 from fedshare.strategies._local import cross_entropy_loss, train_local, train_stacked
 from fedshare.strategies.base import (
@@ -71,6 +71,7 @@ from fedshare.strategies.base import (
     SetupContext,
     Update,
     register_strategy,
+    sent_weights,
 )
 from fedshare.strategies.fedavg import FedAvg
 
@@ -95,7 +96,7 @@ class FedAA(FedAvg):
     second local pass against the client's own identifier (module docstring)."""
 
     train_defaults: ClassVar[Mapping[str, Any]] = {
-        "optimizer": "sgd",  # §2.8: plain SGD; lr 0.0025, batch 256, E1 = 10 in the presets
+        "optimizer": "sgd",  # Section 4.1: plain SGD; lr 0.0025, batch 256, E1 = 10 in the presets
         "momentum": 0.0,
         "weight_decay": 0.0,
     }
@@ -153,7 +154,9 @@ class FedAA(FedAvg):
             )
 
     # ------------------------------------------------------------------ both sides
-    def _identifier_module(self, model: nn.Module, input_shape: tuple[int, ...]) -> nn.Module:
+    def _identifier_module(
+        self, model: nn.Module, input_shape: tuple[int, ...]
+    ) -> ClientIdentifier:
         require_body(model, "fedaa")
         return ClientIdentifier(feature_width(model, input_shape), self.identifier_hidden)
 
@@ -215,7 +218,7 @@ class FedAA(FedAvg):
         for update in updates:
             uploads.clients.append(update.client_id)
             uploads.sizes.append(update.aggregation_weight)
-            uploads.weights.append(update.weights)
+            uploads.weights.append(sent_weights(update))
             uploads.labels.append(update.payload[LABELS].long())
             self.shared_items.update(
                 (update.client_id, int(c)) for c in update.payload[LABELS].tolist()
@@ -302,10 +305,11 @@ class FedAA(FedAvg):
         self, clients: list[int], examples: list[tuple[torch.Tensor, torch.Tensor]], round_idx: int
     ) -> dict[str, float]:
         """A fresh I_k per client on F_avg's frozen features of all examples (Eq. 6)."""
-        self.model.eval()
+        model = as_block_model(self.model)
+        model.eval()
         with torch.no_grad():
-            features = torch.cat([self.model.features(x).flatten(1) for x, _ in examples])
-        self.model.train()
+            features = torch.cat([model.features(x).flatten(1) for x, _ in examples])
+        model.train()
         owner = torch.cat(
             [torch.full((len(y),), i, device=self.device) for i, (_, y) in enumerate(examples)]
         )
@@ -363,11 +367,13 @@ class FedAA(FedAvg):
         (1, or 0 for a client without one) are its `client_inputs`."""
         model = self.load_weights(clients[0].model, message.weights)
         identifiers = [self.identifier_of(client) for client in clients]
-        streams = [client.batches(epochs=self.second_epochs) for client in clients]
+        streams: list[Iterator[Batch]] = [
+            client.batches(epochs=self.second_epochs) for client in clients
+        ]
         if all(i is None for i in identifiers):
             updates = train_stacked(self.flat, clients, model, streams=streams)
         else:
-            zeros = torch.zeros(self.identifier_flat.numel, device=message.weights.device)
+            zeros = torch.zeros(self.identifier_flat.numel, device=sent_weights(message).device)
             rows = torch.stack([zeros if i is None else i for i in identifiers])
             weights = torch.tensor([float(i is not None) for i in identifiers], device=rows.device)
             updates = train_stacked(
@@ -390,7 +396,7 @@ class FedAA(FedAvg):
 
     def adversarial_loss(
         self,
-        net: nn.Module,
+        net: BlockModel,
         x: torch.Tensor,
         y: torch.Tensor,
         identifier: torch.Tensor,
@@ -417,7 +423,7 @@ class FedAA(FedAvg):
         return time.perf_counter()
 
     def summary_metrics(self) -> dict[str, Any]:
-        """The non-sensitive items shared over the run, as the paper counts them (§1.3): one
+        """The non-sensitive items shared over the run, as the paper counts them (Section 1): one
         per distinct (client, label id), over the training samples (its "0.02 % / 0.2 %")."""
         items = len(self.shared_items)
         return {"shared_items": items, "shared_item_percent": 100.0 * items / self.num_train}
@@ -439,7 +445,7 @@ def with_label_set(client: Client, update: Update) -> Update:
 def input_box(dataset: Any, device: torch.device) -> Box:
     """The model-input image of the valid stored range: [0, 255] for uint8 images, else the
     stored training inputs' overall [min, max] (e.g. [0, 16] for digits), scaled and normalised
-    as the dataset prepares them. Deviation: the spec bounds images only; unbounded, L-BFGS drove
+    as the dataset prepares them. Non-image inputs are bounded too; unbounded, L-BFGS drove
     digits' inputs to ~5e3 and the fine-tune on them diverged (non-finite loss)."""
     shape = (1, *dataset.input_shape)
     x = dataset.x_train

@@ -1,4 +1,4 @@
-"""FedAvg-FT (ReBaFL's Fig. 1; specs/rebafl.md §4.3): FedAvg, then the server re-trains the
+"""FedAvg-FT (ReBaFL's Fig. 1, Section 3.3): FedAvg, then the server re-trains the
 classifier head on its own small labelled, class-balanced set every round.
 
 The authors' code takes 300 samples (30 per class) from the test set and fine-tunes the head
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fedshare.engine.optim import learning_rate
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.errors import FedshareError
-from fedshare.models.base import require_body
+from fedshare.models.base import as_block_model, require_body
 from fedshare.strategies.base import SetupContext, Update, register_strategy
 from fedshare.strategies.central import train_central
 from fedshare.strategies.fedavg import FedAvg
@@ -46,7 +46,7 @@ class FedAvgFT(FedAvg):
 
     def fine_tune_head(self, round_idx: int) -> None:
         """Train the head alone (the body frozen, BatchNorm statistics included)."""
-        cfg, data, model = self.config, self.data, self.model
+        cfg, data, model = self.config, self.data, as_block_model(self.model)
         x = data.dataset.x_train[data.server_indices]
         y = data.dataset.y_train[data.server_indices]
         seed_global_torch(cfg.seed, "server/head", round_idx)

@@ -1,4 +1,4 @@
-"""FedBABU (Oh et al., ICLR 2022), as ReBaFL's baseline (shared/specs/rebafl.md §5): the classifier
+"""FedBABU (Oh et al., ICLR 2022), as ReBaFL's baseline (Xu et al., Section 5.1): the classifier
 head stays at its random initialisation; clients train only the body with cross-entropy and
 the server averages the bodies. The global model is evaluated as is (no fine-tuning), as in
 ReBaFL's tables; FedBABU's personalised fine-tuning is not part of this baseline.
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from fedshare.engine.client import Client
-from fedshare.models.base import require_body
+from fedshare.models.base import as_block_model, require_body
 from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
@@ -29,14 +29,15 @@ class FedBABU(FedAvg):
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
-        with frozen(model.head):  # frozen parameters get no gradient, so SGD skips them
+        # frozen parameters get no gradient, so SGD skips them
+        with frozen(as_block_model(model).head):
             return self.trained_update(client, model)
 
     def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
         """The same step for several clients at once: only the body's parameters are stacked
         (`StackedRun` stacks the trainable ones), the head stays the broadcast one."""
         model = self.load_weights(clients[0].model, message.weights)
-        with frozen(model.head):
+        with frozen(as_block_model(model).head):
             return train_stacked(self.flat, clients, model)
 
 

@@ -80,7 +80,9 @@ class FedBE(ServerDistillation):
         if self.samples < 0:
             raise FedshareError(f"strategy.samples={self.samples} must be >= 0")
         if self.posterior not in POSTERIORS:
-            raise FedshareError(choices_message("strategy.posterior", self.posterior, POSTERIORS))
+            raise FedshareError(
+                choices_message("strategy.posterior", self.posterior, list(POSTERIORS))
+            )
         if self.dirichlet_alpha <= 0:
             raise FedshareError(f"strategy.dirichlet_alpha={self.dirichlet_alpha} must be > 0")
         if not 0.0 <= self.swa_start < 1.0 or self.swa_every < 1:

@@ -1,5 +1,5 @@
 """FedBN (Li et al., ICLR 2021, "FedBN: Federated Learning on Non-IID Features via Local Batch
-Normalization"): BatchNorm layers stay local. Spec: shared/specs/fedaa.md §5 (FedAA's baseline).
+Normalization"): BatchNorm layers stay local. As FedAA's baseline (its Section 4.1).
 
 Each client keeps its own BatchNorm state (weight, bias, running mean and variance of every BN
 layer) in `client.state["bn"]`; the server broadcasts, and the clients upload, only the non-BN
@@ -9,8 +9,8 @@ same initialisation: the client side derives it in `client_setup` from the worke
 the initial weights before round 0; it is not sent. A model without BN layers gives FedAvg
 exactly.
 
-Evaluation on the global test set (the paper evaluates personalised models only; fedaa.md §5
-recommends this choice): the global model is the averaged non-BN weights plus the n_k-weighted
+Evaluation on the global test set (the FedBN paper evaluates personalised models only; FedAA
+compares global models): the global model is the averaged non-BN weights plus the n_k-weighted
 mean of the BN states that this round's participants hold after training. That mean is
 bookkeeping of the simulator for evaluation, not traffic: the BN states travel in
 `Update.audit`, not in the upload, and are not counted in `bytes_up` (a deployment would need
@@ -35,6 +35,7 @@ from fedshare.strategies.base import (
     SetupContext,
     Update,
     register_strategy,
+    sent_weights,
 )
 from fedshare.strategies.fedavg import FedAvg
 
@@ -103,11 +104,11 @@ class FedBN(FedAvg):
 
     def start(self, client: Client, message: Message) -> torch.Tensor:
         """The received non-BN weights with the client's own BN state."""
-        return self.compose(message.weights, client.state.get("bn", self.initial_bn))
+        return self.compose(sent_weights(message), client.state.get("bn", self.initial_bn))
 
     def keep_bn(self, client: Client, update: Update) -> Update:
         """Keep the trained BN state on the client; upload only the non-BN entries."""
-        flat = update.weights
+        flat = sent_weights(update)
         if self.has_bn:
             client.state["bn"] = flat[self.bn_mask].clone()
             update.audit["bn"] = client.state["bn"]  # for the evaluated global model only

@@ -1,5 +1,5 @@
 """FedBR (Guo et al., ICML 2023, "Improving Federated Learning on Heterogeneous Data via Local
-Learning Bias Reduction") as FLea's code runs it (shared/specs/flea.md §5).
+Learning Bias Reduction") as FLea's code runs it (FLea's App. C.3).
 
 Round 0: `sharers` clients (10, drawn once from the run's seed) upload means of `mean_size` = 10
 samples of their inputs, *without labels*; the server keeps `pool_items` = 32 of them at random
@@ -42,7 +42,7 @@ from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.engine.training import shuffled_positions
 from fedshare.errors import FedshareError
 from fedshare.functional.losses import soft_cross_entropy
-from fedshare.models.base import feature_width, require_body
+from fedshare.models.base import BlockModel, as_block_model, feature_width, require_body
 from fedshare.strategies._local import train_local
 from fedshare.strategies._sharing import MeanSharing
 from fedshare.strategies.base import ClientSetup, Message, Phase, Update, register_strategy
@@ -124,8 +124,7 @@ class FedBR(MeanSharing):
         """A frozen scratch copy for the global model, and the initial discriminator (from the
         run's seed; each client's own copy lives in its state)."""
         super().client_setup(ctx)
-        require_body(ctx.model, self.name)
-        self.teacher = copy.deepcopy(ctx.model).requires_grad_(False)
+        self.teacher = copy.deepcopy(require_body(ctx.model, self.name)).requires_grad_(False)
         dim = feature_width(ctx.model, ctx.input_shape)
         seed_global_torch(ctx.seed, "fedbr/discriminator")
         self.disc = discriminator(dim, self.disc_hidden, self.disc_dim).to(ctx.device)
@@ -144,11 +143,11 @@ class FedBR(MeanSharing):
             means.shape[0], client.train.batch_size, client.rng("pool"), client.device
         )
         partners = client.rng("mix")
-        split = model.num_blocks - 1  # the head's input
+        split = as_block_model(model).num_blocks - 1  # the head's input
         taus = self.tau1, self.tau2
         uniform = torch.full((1, client.num_classes), 1.0 / client.num_classes, device=means.device)
 
-        def min_max_loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        def min_max_loss(net: BlockModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             take = next(pool)
             n = min(len(x), len(take))
             x, y, x_u = x[:n], y[:n], means[take[:n]]
@@ -157,10 +156,10 @@ class FedBR(MeanSharing):
                 j = torch.randint(n, (n,), generator=partners, device=x.device)
                 x_u = (x_u + x[j]) / 2
                 q = (q + F.one_hot(y[j], client.num_classes)) / 2
-            z_x = net.encode(x, split).flatten(1)  # type: ignore[operator]
-            z_u = net.encode(x_u, split).flatten(1)  # type: ignore[operator]
+            z_x = net.encode(x, split).flatten(1)
+            z_u = net.encode(x_u, split).flatten(1)
             with torch.no_grad():
-                z_g = teacher.encode(x_u, split).flatten(1)  # type: ignore[operator]
+                z_g = teacher.encode(x_u, split).flatten(1)
                 e_g = disc(z_g)
             # max step: the discriminator ascends L_con (descends γ·log p) on detached features
             disc_opt.zero_grad()
@@ -171,8 +170,8 @@ class FedBR(MeanSharing):
             with torch.no_grad():
                 e_g = disc(z_g)
             l_con = -log_p_positive(disc(z_u), e_g, disc(z_x), *taus).mean()
-            ce = F.cross_entropy(net.decode(z_x, split), y)  # type: ignore[operator]
-            aug = soft_cross_entropy(net.decode(z_u, split), q)  # type: ignore[operator]
+            ce = F.cross_entropy(net.decode(z_x, split), y)
+            aug = soft_cross_entropy(net.decode(z_u, split), q)
             return ce + self.mu * l_con + self.lam * aug
 
         loss = train_local(client, model, loss_fn=min_max_loss)

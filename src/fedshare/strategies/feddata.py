@@ -1,4 +1,4 @@
-"""FedData (Zhao et al., 2018) as FLea's reference upper bound (flea.md §5, §8 item 23).
+"""FedData (Zhao et al., 2018) as FLea's reference upper bound (FLea's App. C.3).
 
 Round 0: every client uploads ⌊α·|D_k|⌋ of its raw samples (with labels); the server sends the
 whole pool (≈ α·N) to every client once, which keeps it. Each client then appends the pool to
@@ -6,14 +6,17 @@ its own data and trains with plain cross-entropy on the union in every round (on
 covers |D_k| + |pool| samples); aggregation is FedAvg weighted by |D_k|.
 
 Deviation: the shared subset is drawn without replacement by default (the code draws with
-replacement; `share_with_replacement=true` restores it), the same choice as FLea's (§8 item 9).
+replacement; `share_with_replacement=true` restores it), the same choice as FLea's fixed S_k
+(Section 3.2).
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client, Samples
 from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._sharing import OneShotSharing, check_fraction, fixed_subset
@@ -77,7 +80,9 @@ class FedData(OneShotSharing):
         """`client_update` for several clients (`train.batched`): each steps through its own
         data joined with the pool it holds."""
         model = self.load_weights(clients[0].model, message.weights)
-        streams = [client.batches(extra=self._extra(client)) for client in clients]
+        streams: list[Iterator[Batch]] = [
+            client.batches(extra=self._extra(client)) for client in clients
+        ]
         return train_stacked(self.flat, clients, model, streams=streams)
 
     def _extra(self, client: Client) -> Samples | None:

@@ -1,7 +1,7 @@
 """FedDecorr (Shi et al., ICLR 2023): FedAvg whose local loss penalises the correlation of the
 penultimate features, against dimensional collapse under heterogeneous data.
 
-Spec: shared/specs/flea.md §5 (FLea's baseline; its code adds 0.1 × the penalty). Local loss:
+As FLea's baseline (its App. C.3; its code adds 0.1 × the penalty). Local loss:
 CE + `beta` · L_decorr(z), with z the head's input (`model.features`) and L_decorr of
 `fedshare.functional.losses.decorrelation_loss`: standardise each dimension over the batch,
 K = zᵀz, mean squared off-diagonal entry of K, divided by the batch size. Aggregation is
@@ -16,7 +16,7 @@ from torch import nn
 
 from fedshare.errors import FedshareError
 from fedshare.functional.losses import decorrelation_loss
-from fedshare.models.base import require_body
+from fedshare.models.base import BlockModel, as_block_model, require_body
 from fedshare.strategies._local import LossFn
 from fedshare.strategies.base import ClientSetup, Message, register_strategy
 from fedshare.strategies.fedavg import FedAvg
@@ -38,11 +38,11 @@ class FedDecorr(FedAvg):
         require_body(ctx.model, self.name)
 
     def local_loss(self, model: nn.Module, message: Message) -> LossFn:
-        split = model.num_blocks - 1  # the head's input
+        split = as_block_model(model).num_blocks - 1  # the head's input
 
-        def loss_fn(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            f = net.encode(x, split)  # type: ignore[operator]
-            loss = F.cross_entropy(net.decode(f, split), y)  # type: ignore[operator]
+        def loss_fn(net: BlockModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            f = net.encode(x, split)
+            loss = F.cross_entropy(net.decode(f, split), y)
             return loss + self.beta * decorrelation_loss(f.flatten(1)) if self.beta else loss
 
         return loss_fn

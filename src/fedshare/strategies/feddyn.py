@@ -10,12 +10,12 @@ Client k keeps ∇L_k(θ_k^{t−1}) in `client.state` (zero before its first rou
     h ← h − (α/m)·Σ_{k∈S}(θ_k^t − θ^{t−1}),   θ^t = mean_S(θ_k^t) − h/α,
 
 m = the number of clients. The mean over the cohort S is weighted by sample counts by default
-(`mean=samples`, as FedAvg's, ReBaFL spec §7.17); `mean=plain` is the paper's (1/|S|)·Σ_S θ_k
+(`mean=samples`, as FedAvg's and ReBaFL's code); `mean=plain` is the paper's (1/|S|)·Σ_S θ_k
 (Algorithm 1). State and h cover the trainable parameters; buffers (BatchNorm statistics) are
 averaged. Only weights cross the network, so the traffic equals FedAvg's.
 
 α defaults to 1e-2, the smallest value of the FedDyn paper's grid (1e-2 to 1e-1); ReBaFL's
-baseline uses its code's 1e-4 (shared/specs/rebafl.md §6), which the ReBaFL tables set
+baseline uses its code's 1e-4 (its Section 5.1 names no value), which the ReBaFL tables set
 explicitly. ReBaFL's code keeps h pre-divided by α, which is the same rule.
 
 Optimizer: any. The two terms are the gradient of the local objective, so every optimizer
@@ -37,12 +37,7 @@ from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._param_vector import ParamVectorStrategy
-from fedshare.strategies.base import (
-    Message,
-    SetupContext,
-    Update,
-    register_strategy,
-)
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy, sent_weights
 
 
 @register_strategy("feddyn")
@@ -71,7 +66,7 @@ class FedDyn(ParamVectorStrategy):
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)
         params = self.pv.params(model)
-        anchor = self.pv.of(message.weights)
+        anchor = self.pv.of(sent_weights(message))
         grad_k = self._grad_k(client, anchor)
 
         def dynamic(_: nn.Module) -> None:
@@ -85,7 +80,7 @@ class FedDyn(ParamVectorStrategy):
     def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
         """`client_update` for several clients (`train.batched`), each row with its own ∇L_k."""
         model = self.load_weights(clients[0].model, message.weights)
-        anchor = self.pv.of(message.weights)
+        anchor = self.pv.of(sent_weights(message))
         anchors = self.pv.per_param(anchor.unsqueeze(0))
         grad_ks = self.pv.per_param(torch.stack([self._grad_k(k, anchor) for k in clients]))
 
@@ -97,7 +92,7 @@ class FedDyn(ParamVectorStrategy):
 
         updates = train_stacked(self.flat, clients, model, grad_hook=dynamic)
         return [
-            self._upload(client, anchor, u.weights, u.metrics["train_loss"])
+            self._upload(client, anchor, sent_weights(u), u.metrics["train_loss"])
             for client, u in zip(clients, updates, strict=True)
         ]
 
@@ -118,8 +113,9 @@ class FedDyn(ParamVectorStrategy):
         mean = RunningMean()
         drift = torch.zeros_like(self.h)
         for update in updates:
-            mean.add(update.weights, update.aggregation_weight if self.mean == "samples" else 1.0)
-            drift += self.pv.of(update.weights) - before
+            weights = sent_weights(update)
+            mean.add(weights, update.aggregation_weight if self.mean == "samples" else 1.0)
+            drift += self.pv.of(weights) - before
             update.weights = None
         if mean.empty:
             return

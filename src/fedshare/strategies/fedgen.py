@@ -39,10 +39,10 @@ from fedshare.engine.client import Client
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.errors import FedshareError
 from fedshare.functional.generative import diversity_loss, ensemble_cross_entropy
-from fedshare.models.base import feature_width, require_body
+from fedshare.models.base import BlockModel, as_block_model, feature_width, require_body
 from fedshare.strategies._local import train_stacked
 from fedshare.strategies._server_generator import ServerGenerator
-from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy, sent_weights
 
 GENERATOR, PRIOR, COUNTS = "generator", "label_prior", "label_counts"
 
@@ -79,7 +79,7 @@ def head_prefix(model: nn.Module) -> str:
 
 @register_strategy("fedgen")
 @dataclass
-class FedGen(ServerGenerator):
+class FedGen(ServerGenerator[LatentGenerator]):
     """FedAvg plus a latent generator trained on the clients' heads (module docstring)."""
 
     noise_dim: int = 32
@@ -101,7 +101,7 @@ class FedGen(ServerGenerator):
 
     def _generator(
         self, model: nn.Module, num_classes: int, shape: tuple[int, ...], seed: int
-    ) -> nn.Module:
+    ) -> LatentGenerator:
         dim = feature_width(model, shape)
         seed_global_torch(seed, "fedgen/latent_generator")  # the same initial G on both sides
         return LatentGenerator(num_classes, self.noise_dim, self.hidden, dim)
@@ -149,7 +149,8 @@ class FedGen(ServerGenerator):
 
     def generated_batches(self, client: Client, message: Message) -> Iterator[Batch]:
         """(x, y, ẑ, ŷ): each local batch with as many generated latents, ŷ ~ the received p̂."""
-        generator = self.gen_flat.load_(self.generator, message.payload[GENERATOR]).eval()
+        self.gen_flat.load_(self.generator, message.payload[GENERATOR])
+        generator = self.generator.eval()
         prior = message.payload[PRIOR].to(client.device)
         draws = client.rng("generator")
         for x, y in client.batches():
@@ -159,7 +160,7 @@ class FedGen(ServerGenerator):
 
     def generated_loss(
         self,
-        net: nn.Module,
+        net: BlockModel,
         x: torch.Tensor,
         y: torch.Tensor,
         z: torch.Tensor,
@@ -180,8 +181,9 @@ class FedGen(ServerGenerator):
         heads: list[dict[str, torch.Tensor]] = []
         counts: list[torch.Tensor] = []
         for update in updates:
-            mean.add(update.weights, update.aggregation_weight)
-            heads.append(self.head_params(update.weights))
+            weights = sent_weights(update)
+            mean.add(weights, update.aggregation_weight)
+            heads.append(self.head_params(weights))
             counts.append(update.payload[COUNTS].to(self.device).long())
             update.weights = None
         self.load_weights(self.model, mean.value())
@@ -208,7 +210,7 @@ class FedGen(ServerGenerator):
         self, heads: list[dict[str, torch.Tensor]], counts: torch.Tensor, round_idx: int
     ) -> float:
         """`generator_steps` Adam steps of the module docstring's objective, heads frozen."""
-        head = self.model.head
+        head = as_block_model(self.model).head
         was_training = head.training
         head.eval()
         prior = counts.sum(0).to(torch.float32)

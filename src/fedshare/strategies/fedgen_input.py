@@ -1,7 +1,7 @@
 """The "FedGen" row of FLea's Table 1: an input-space generator, as FLea describes its baseline
-(FLea's App. C.3; shared/specs/flea.md §5 and §8 item 26; lower fidelity: the baseline is not in
-FLea's code, read at b85be07). Not FedGen itself (Zhu et al., ICML 2021), whose generator makes
-latent features against the clients' heads: that is `strategy=fedgen` (`strategies/fedgen.py`).
+(FLea's App. C.3; lower fidelity: the baseline is not in FLea's code, read at b85be07). Not FedGen
+itself (Zhu et al., ICML 2021), whose generator makes latent features against the clients' heads:
+that is `strategy=fedgen` (`strategies/fedgen.py`).
 
 A conditional generator G maps (onehot(y) ⊕ z, z ~ N(0, I_32)) to an input x̂: four
 ConvTranspose2d layers (1×1 → 4×4 → 8×8 → 16×16 → 32×32, BatchNorm and ReLU between them),
@@ -89,7 +89,7 @@ class Generator(nn.Module):
 
 @register_strategy("fedgen_input")
 @dataclass
-class FedGenInput(ServerGenerator):
+class FedGenInput(ServerGenerator[Generator]):
     """FedAvg, then a server-trained conditional generator whose samples join local training."""
 
     warmup_rounds: int = 30
@@ -150,7 +150,8 @@ class FedGenInput(ServerGenerator):
     def generated_batches(self, client: Client, message: Message) -> Iterator[Batch]:
         """(x, y, x_gen, y_gen): each local batch with as many samples of the received
         generator, drawn from the client's own stream."""
-        generator = self.gen_flat.load_(self.generator, message.payload["generator"]).eval()
+        self.gen_flat.load_(self.generator, message.payload["generator"])
+        generator = self.generator.eval()
         draws = client.rng("generator")
         for x, y in client.batches():
             with torch.no_grad():

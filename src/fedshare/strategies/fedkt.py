@@ -1,12 +1,12 @@
 """FedKT (Li, He & Song, VLDB 2021, one-shot knowledge transfer) as FedPFT compares it (Table 5,
-specs/fedpft.md §4.3: "one-shot KD, no details given").
+Section 5.2; the paper gives no details).
 
 The clients' uploaded heads vote on the server's unlabelled features (each head's argmax; the
 most frequent class wins, ties to the smaller class id), and the global head is trained on the
 votes as hard labels from the common initialisation (`_server_distillation`). Deviation: FedKT's
 two tiers of PATE (teacher partitions and student models inside each party, public data held by
-the parties, privacy noise) are not built; this is its server-side vote, the part the spec's
-one line describes.
+the parties, privacy noise) are not built; this is its server-side vote, the one-shot
+knowledge transfer FedPFT names.
 """
 
 from dataclasses import dataclass

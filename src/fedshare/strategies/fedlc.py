@@ -1,8 +1,9 @@
-"""FedLC (Zhang et al., ICML 2022), as ReBaFL's baseline (shared/specs/rebafl.md §5): local
+"""FedLC (Zhang et al., ICML 2022), as ReBaFL's baseline (Xu et al., Section 5.1): local
 cross-entropy on logits calibrated by the client's class counts, z_c − τ·n_c^{−1/4}.
 
-Absent classes count as 1e-9 (offset ≈ −177.8·τ), as in ReBaFL's code. FLea's code (flea.md §5)
-adds 1e-6 to every count instead (offset ≈ −31.6·τ): `missing_count=1e-6`; its scripts use τ = 1.
+Absent classes count as 1e-9 (offset ≈ −177.8·τ), as in ReBaFL's code. FLea's code (its App. C.3
+baseline) adds 1e-6 to every count instead (offset ≈ −31.6·τ): `missing_count=1e-6`; its scripts use
+τ = 1.
 """
 
 from dataclasses import dataclass

@@ -6,7 +6,7 @@ its (prepared, normalised) inputs, with the means of their one-hot labels (M = `
 a local batch (x, y) and a batch of means (x̄, ȳ), cuts both to the shorter length and
 minimises, by `form`:
 
-* `code` — FLea's code (`CE_MCE`, flea.md §5, §8 item 22), what FLea's Table 1 measures:
+* `code` — FLea's code (`CE_MCE`; FLea's App. C.3), what FLea's Table 1 measures:
   one λ ~ Beta(a, a) per batch (`beta_per_sample`: per sample), soft-label cross-entropy on
   x̃ = λx + (1 − λ)x̄ with ỹ = λe_y + (1 − λ)ȳ, + `local_ce_weight` · CE(f(x), y). The code
   computes that local CE but back-propagates the mixed term only (`local_ce_weight=0`); the
@@ -119,11 +119,12 @@ class FedMix(MeanSharing):
         """`client_update` for several clients (`train.batched`): the mixing draws are made per
         client outside the vectorised step, from the client's own streams as in serial."""
         streams = [self._mixed_batches(client) for client in clients]
+        pooled = [stream for stream in streams if stream is not None]
         # no pool: plain local training; `fedmix` differentiates through an input gradient
-        if self.form == "fedmix" or any(stream is None for stream in streams):
+        if self.form == "fedmix" or len(pooled) < len(streams):
             return [self.client_update(client, message) for client in clients]
         model = self.load_weights(clients[0].model, message.weights)
-        return train_stacked(self.flat, clients, model, self._mixed_loss, streams=streams)
+        return train_stacked(self.flat, clients, model, self._mixed_loss, streams=pooled)
 
     def _mixed_batches(self, client: Client) -> Iterator[Batch] | None:
         """(local inputs, labels, means, label means, λ) per local batch, cut to the length of
@@ -131,7 +132,7 @@ class FedMix(MeanSharing):
         else `mix_lambda`; None when the client holds no means."""
         pool = self.received_pool(client)
         means, label_means = pool.get("means"), pool.get("label_means")
-        if means is None or means.shape[0] == 0:
+        if means is None or label_means is None or means.shape[0] == 0:
             return None
         takes = shuffled_positions(  # endless
             means.shape[0], client.train.batch_size, client.rng("pool"), client.device

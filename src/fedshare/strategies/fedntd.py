@@ -1,7 +1,7 @@
 """FedNTD (Lee et al., NeurIPS 2022): FedAvg whose local loss distils the global model's
 predictions on the not-true classes, so local training does not forget what the client lacks.
 
-Spec: shared/specs/flea.md §5 (FLea's baseline, the original paper's defaults). Local loss:
+As FLea's baseline (its App. C.3), with the original paper's defaults. Local loss:
 CE + `beta` · τ²·KL(p_global ‖ p_local), both distributions softmax(logits/τ) over the classes
 other than the sample's label (`fedshare.functional.losses.not_true_distillation`); the global
 model is the round's broadcast, frozen in eval mode. `beta = 0` is FedAvg exactly.

@@ -1,28 +1,28 @@
 """FedPFT (Beitollahi et al., 2024): one-shot transfer of per-class Gaussian mixtures of features.
 
-Spec: shared/specs/fedpft.md §2.2 (Algorithm 1), §2.3 (EM), §2.5 (DP-FedPFT), §2.6 and §3
-(what is sent and its cost), §7 A1–A5, A8, A9, A17.
+The paper's Section 4.1 (Algorithm 1; EM as its Appendix A code runs it), Section 4.3 and
+Appendix B (DP-FedPFT), Section 6.3 (what is sent and its cost, Eqs. 9–11).
 
 One round. Each client runs the frozen extractor f over its data (`feature_heads`), fits for
 every class c it holds a K-component mixture g^{i,c} of the family `covariance` (`fedshare.
 functional.gmm`: our own seeded EM, see its docstring for why), and uploads once, as float16,
 the mixture parameters plus its class ids and counts n_{i,c} (`pack_mixtures`; the engine's
-`bytes_shared` is then 2·(§2.6 formula) + 8 bytes of metadata per (client, class)). The server
-draws n_{i,c}·`synthetic_multiplier` samples from every mixture, each (client, class) from its
-own stream (§7 A9), pools them and trains a fresh linear head h on them with the run's `train`
-settings (§7 A8); the global model is h∘f. The head's download is not counted by the engine
+`bytes_shared` is then 2·(Section 6.3's count) + 8 bytes of metadata per (client, class)). The
+server draws n_{i,c}·`synthetic_multiplier` samples from every mixture, each (client, class) from
+its own stream, pools them and trains a fresh linear head h on them with the run's `train` settings;
+the global model is h∘f. The head's download is not counted by the engine
 (its `bytes_down` counts broadcasts, which are empty here): it costs (C·d + C) numbers.
 
 Classes with n_{i,c} ≤ K: `small_class_policy` "drop" (the paper's code: skipped, their samples
 are lost to the server) or "shrink" (K_eff = max(1, min(K, n − 1)); n = 1 gives one component of
-variance reg_covar) (§7 A3). Each client may use its own K (`client_components`, cycled).
+variance reg_covar). Each client may use its own K (`client_components`, cycled).
 
 DP-FedPFT (`dp=true`, or `strategy=dp_fedpft`): K = 1 only; features are L2-normalised (train
-and, through the evaluated model, test: §7 A6), each (client, class) releases μ̃ and Σ̂ + noise
+and, through the evaluated model, test), each (client, class) releases μ̃ and Σ̂ + noise
 (`fedshare.privacy.dp`), reduced to the family afterwards (spherical: λ = tr/d, diag: the
 diagonal, floored at reg_covar; full: the PSD projection). `dp_reduction` says what is read
 for diag/spherical: "raw" (default) the unprojected noisy matrix, unbiased for the true
-trace/diagonal; "projected" (§7 A17 v, the old default) the PSD projection, biased upward (it
+trace/diagonal; "projected" (the old default) the PSD projection, biased upward (it
 keeps only the positive noise eigenvalues). Both are post-processing of one release (same
 guarantee); raw was measured +7.2 pp (I = 10) and +12.9 pp (I = 50) at ε = 1 on the CIFAR-10
 sample features, hence the default. With `dp_calibration=paper` the exact (ε, δ) condition is
@@ -67,9 +67,9 @@ SMALL_CLASS_POLICIES = ("drop", "shrink")
 META_BYTES_PER_PAIR = 8  # int16 label + int16 component count + int32 sample count
 
 
-# --------------------------------------------------------------------------- §2.6 formulas
+# --------------------------------------------------------------------------- Section 6.3
 def gmm_params(dim: int, n_components: int, num_classes: int, covariance_type: str) -> int:
-    """Numbers one client sends for C classes of K components each (§2.6, Eqs. 9–11)."""
+    """Numbers one client sends for C classes of K components each (Section 6.3, Eqs. 9–11)."""
     return component_params(dim, covariance_type) * n_components * num_classes
 
 
@@ -81,7 +81,7 @@ def gmm_bytes(
 
 
 def raw_feature_bytes(num_samples: int, dim: int, bits: int = 16) -> int:
-    """Sending the raw features instead (the Centralized oracle's cost, §4.3)."""
+    """Sending the raw features instead (the Centralized oracle's cost, Section 5.2)."""
     return num_samples * dim * bits // 8
 
 
@@ -103,14 +103,14 @@ def mixture_cost(payload: dict[str, torch.Tensor], covariance_type: str) -> tupl
 @register_strategy("fedpft")
 @dataclass
 class FedPFT(Strategy):
-    """Centralized one-shot FedPFT (Algorithm 1) with the DP variant (§2.5) as an option."""
+    """Centralized one-shot FedPFT (Algorithm 1) with the DP variant (Section 4.3) as an option."""
 
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
     n_components: int = 10
     covariance: str = "diag"
-    """full | diag | spherical (§2.1)."""
+    """full | diag | spherical (the families of Eq. 2)."""
     client_components: list[int] | None = None
     """Per-client K (client k uses entry k mod length); None: every client uses n_components."""
     small_class_policy: str = "drop"
@@ -118,7 +118,7 @@ class FedPFT(Strategy):
     tol: float = 1e-3
     max_iter: int = 100
     synthetic_multiplier: float = 1.0
-    """Synthetic samples per mixture = round(n_{i,c} · multiplier), at least 1 (§7 A1)."""
+    """Synthetic samples per mixture = round(n_{i,c} · multiplier), at least 1."""
     wire_dtype: str = "float16"
     """float16 (the paper) | float32 | float64: precision of the uploaded parameters."""
     l2_normalize: bool = False
@@ -128,11 +128,11 @@ class FedPFT(Strategy):
     dp_delta: float | None = None
     """None: 1/n_{i,c} (the paper's setting)."""
     dp_log_term: str = "4/delta"
-    """Theorem 4.1's ln(4/δ) or the proof's ln(2/δ) (§7 A17 ii)."""
+    """Theorem 4.1's ln(4/δ) or the proof's ln(2/δ) (Appendix B)."""
     dp_calibration: str = "paper"
     """paper (Theorem 4.1's σ) | analytic (Balle & Wang's analytic Gaussian mechanism)."""
     dp_reduction: str = "raw"
-    """raw (unprojected noisy Σ: unbiased, the default) | projected (§7 A17 v): how diag and
+    """raw (unprojected noisy Σ: unbiased, the default) | projected: how diag and
     spherical read the private covariance (full is always projected)."""
     dp_check: bool = True
     """Stop when the paper's σ fails the exact (ε, δ) condition (False: the paper's behaviour)."""
@@ -152,7 +152,9 @@ class FedPFT(Strategy):
         if self.small_class_policy not in SMALL_CLASS_POLICIES:
             raise FedshareError(
                 choices_message(
-                    "strategy.small_class_policy", self.small_class_policy, SMALL_CLASS_POLICIES
+                    "strategy.small_class_policy",
+                    self.small_class_policy,
+                    list(SMALL_CLASS_POLICIES),
                 )
             )
         if self.wire_dtype not in WIRE_DTYPES:
@@ -167,7 +169,7 @@ class FedPFT(Strategy):
         if self.dp:
             if max(ks) != 1:
                 raise FedshareError(
-                    f"DP-FedPFT is defined for one Gaussian per class (spec §2.5): set "
+                    f"DP-FedPFT is defined for one Gaussian per class (its Section 4.3): set "
                     f"strategy.n_components=1, got {ks}"
                 )
             dp.noise_std(
@@ -281,7 +283,7 @@ class FedPFT(Strategy):
     def train_head(
         self, x: torch.Tensor, y: torch.Tensor, round_idx: int, purpose: str
     ) -> torch.nn.Linear:
-        """A fresh head trained on (x, y) with the run's train settings (§7 A8)."""
+        """A fresh head trained on (x, y) with the run's train settings."""
         seed = self.config.seed
         head = fresh_head(
             x.shape[1],
@@ -342,7 +344,7 @@ class FedPFT(Strategy):
 @register_strategy("dp_fedpft")
 @dataclass
 class DPFedPFT(FedPFT):
-    """DP-FedPFT (§2.5): one spherical Gaussian per (client, class), (ε = 1, δ = 1/n)-DP."""
+    """DP-FedPFT (Section 4.3): one spherical Gaussian per (client, class), (ε = 1, δ = 1/n)-DP."""
 
     n_components: int = 1
     covariance: str = "spherical"

@@ -1,13 +1,13 @@
 """Decentralized FedPFT on a chain of clients (Sec. 4.2, Fig. 3; Sec. 5.4's linear topology).
 
-Spec: shared/specs/fedpft.md §2.4, §7 A12; Table 2's two-client source → destination case.
+Table 2's two-client source → destination case (Sec. 5.3) is the chain of two.
 
 There is no server. Clients 0 → 1 → … → I−1 (all clients, in id order) each send once to the
 next: client 0 fits per-class mixtures on its features and sends them with the counts N^{0,c};
-client i ≥ 1 draws N^{i−1,c}·`synthetic_multiplier` samples from every received mixture (§7 A12a),
-trains its own head h_i on its real features ∪ the synthetic ones (§7 A12c), refits each class's
+client i ≥ 1 draws N^{i−1,c}·`synthetic_multiplier` samples from every received mixture,
+trains its own head h_i on its real features ∪ the synthetic ones, refits each class's
 mixture on real ∪ synthetic and sends it with N^{i,c} = n_{i,c} + N^{i−1,c}. A class the client
-does not hold is forwarded unchanged (`forward_missing`, §7 A12b; false: refit on the synthetic
+does not hold is forwarded unchanged (`forward_missing`; false: refit on the synthetic
 samples alone). The last client sends nothing; its head is the evaluated (global) model. With
 two clients (`partition=task`, or `contiguous` over two feature files) this is Table 2's
 source → destination transfer.
@@ -23,6 +23,7 @@ families, K, the small-class policy and float16 are those of `fedpft`; DP is not
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -93,7 +94,9 @@ class FedPFTChain(FedPFT):
         x = torch.cat([feats, *synth_x]) if synth_x else feats
         y = torch.cat([labels, *synth_y]) if synth_y else labels
         # the clients' heads stay on the clients; the simulation scores them (audit)
-        audit = {"head": head_vector(self._head(x, y, client, "chain/head"), torch.float32)}
+        audit: dict[str, Any] = {
+            "head": head_vector(self._head(x, y, client, "chain/head"), torch.float32)
+        }
         if self.report_local and len(labels):
             local_only = self._head(feats, labels, client, "chain/local")
             audit["local_head"] = head_vector(local_only, torch.float32)

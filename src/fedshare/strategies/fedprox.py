@@ -1,6 +1,6 @@
 """FedProx (Li et al., 2020): FedAvg with a proximal term mu/2·||w − w_g||² in the local loss.
 
-`norm: plain` is the form of FLea's code (flea.md §5 and §7 item 24): (mu/2)·Σ_tensors
+`norm: plain` is the form of FLea's code (its App. C.3 baseline): (mu/2)·Σ_tensors
 ‖w_t − w_g,t‖₂, a non-squared L2 norm per parameter tensor, summed over tensors. The code reads
 mu from `--beta`: its CIFAR-10 script passes 0.001, its UCI-HAR script 1, and its UrbanSound8K
 script leaves main.py's default, 1 (the `fedprox` and `fedprox_mu1` rows of
@@ -11,6 +11,7 @@ objective F_k(w) + mu/2·||w − w_g||², of which FedProx asks only an inexact 
 local solver" (its γ-inexactness).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -27,14 +28,18 @@ NORMS = ("squared", "plain")
 
 
 def proximal_grads(
-    drift: list[torch.Tensor], mu: float, norm: str = "squared", per_row: bool = False
+    drift: list[torch.Tensor] | tuple[torch.Tensor, ...],
+    mu: float,
+    norm: str = "squared",
+    per_row: bool = False,
 ) -> list[torch.Tensor]:
     """The proximal penalty's gradient for each tensor's drift w − w_g: mu·(w − w_g) for
     mu/2·||w − w_g||² (`squared`); (mu/2)·(w_t − w_g,t)/‖w_t − w_g,t‖ per tensor for
     (mu/2)·Σ_t ‖w_t − w_g,t‖ (`plain`; 0 where a tensor equals its anchor, torch's subgradient).
     With `per_row` the first axis indexes clients (batched training) and each row has its norm."""
     if norm == "squared":
-        return torch._foreach_mul(drift, mu)
+        return list(torch._foreach_mul(drift, mu))
+    norms: Sequence[torch.Tensor]
     if per_row:
         norms = [d.flatten(1).norm(dim=1).view(-1, *[1] * (d.dim() - 1)) for d in drift]
     else:
@@ -46,12 +51,13 @@ def proximal_grads(
 
 
 def add_proximal_grad_(
-    params: list[torch.Tensor], anchor: list[torch.Tensor], mu: float, norm: str = "squared"
+    params: Sequence[torch.Tensor], anchor: Sequence[torch.Tensor], mu: float, norm: str = "squared"
 ) -> None:
     """Add the proximal penalty's gradient (`proximal_grads`) to `params`' gradients, in place."""
     used = [i for i, p in enumerate(params) if p.grad is not None]
+    grads = [g for i in used if (g := params[i].grad) is not None]
     drift = torch._foreach_sub([params[i] for i in used], [anchor[i] for i in used])
-    torch._foreach_add_([params[i].grad for i in used], proximal_grads(drift, mu, norm))
+    torch._foreach_add_(grads, proximal_grads(drift, mu, norm))
 
 
 @register_strategy("fedprox")

@@ -1,4 +1,4 @@
-"""FedRS (Li & Zhan, KDD 2021), as ReBaFL's baseline (shared/specs/rebafl.md §5): restricted
+"""FedRS (Li & Zhan, KDD 2021), as ReBaFL's baseline (Xu et al., Section 5.1): restricted
 softmax — during local training the logits of classes the client does not hold are multiplied
 by α, so their classifier rows are pushed less by the client's features.
 

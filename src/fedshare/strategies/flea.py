@@ -1,12 +1,12 @@
 """FLea (Xia et al., KDD 2024): federated learning with a global buffer of shared activations.
 
-Spec: shared/specs/flea.md — §2 the algorithm, §3 the traffic, §8 the choices made here.
+The paper's Section 3 (Algorithm 1, Eqs. 2–11) and the official code where they differ.
 
 A round has two exchanges with the same cohort (`phases()`):
 
 1. **train**: the server sends θ^(t) and the feature buffer F^(t) (activations at block l and
    their labels, empty in round 0). Each client mixes its local activations with buffer
-   activations (β ~ Beta(a, a) per sample, soft labels, Eq. 2) and minimises (code form, §2.5)
+   activations (β ~ Beta(a, a) per sample, soft labels, Eq. 2) and minimises (Eq. 6, code)
    local_ce·CE(θ_k(x), y) + mix_ce·CE_soft(θ_k[l:](f̃), ỹ) + λ2(g)·dCor(x, θ_k[:l](x))
    + kd·KL(θ^(t)[l:](f^F) ‖ θ_k[l:](f^F)) with the teacher θ^(t) frozen (no gradient to it or
    through it, also for `kd_input=mixed`); the server averages the weights (FedAvg, BN
@@ -14,9 +14,9 @@ A round has two exchanges with the same cohort (`phases()`):
    the penultimate split is refused unless `allow_penultimate_split=true`.
 2. **share**: the server sends θ^(t+1) back to the same clients; each extracts activations of
    its fixed α-subset S_k at block l (no gradient, BN in eval mode) and uploads them with their
-   labels; they replace the buffer (only the last round's clients, §2.2).
+   labels; they replace the buffer (only the last round's clients, Section 3.2).
 
-Round 0 is the code's warm-up (§2.3, §8 item 5): `warmup_epoch_multiplier`·E epochs of
+Round 0 is the code's warm-up (not in the paper): `warmup_epoch_multiplier`·E epochs of
 CE + 0.5·KL(θ^(1)(x) ‖ θ_k(x)) + 3·dCor. λ2 follows the code's schedule max(3 − 0.1·g, 1)
 (`dcor_schedule=constant` for the paper's constant λ2).
 
@@ -45,7 +45,7 @@ from fedshare.engine.training import shuffled_positions
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.losses import KD_DIRECTIONS, distillation_kl, soft_cross_entropy
 from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
-from fedshare.models.base import require_body
+from fedshare.models.base import BlockModel, as_block_model, require_body
 from fedshare.privacy.dcor import VARIANTS, distance_correlation, mean_distance_correlation
 from fedshare.privacy.exposure import ExposureTracker
 from fedshare.strategies._local import train_local, train_stacked
@@ -82,14 +82,14 @@ def dcor_weight_at(
 @register_strategy("flea")
 @dataclass
 class FLea(Strategy):
-    """Feature sharing through a global buffer rebuilt every round (flea.md §2)."""
+    """Feature sharing through a global buffer rebuilt every round (Section 3)."""
 
     train_defaults: ClassVar[Mapping[str, Any]] = {
         "optimizer": "adam",
         "lr": 1e-3,
         "momentum": 0.0,
-        "optimizer_reset_each_step": True,  # the code builds a new Adam every step (§2.6)
-        "lr_schedule": "linear",  # 1e-3·(1 − 0.018·g), then 1e-4 from g = 50 (§2.6)
+        "optimizer_reset_each_step": True,  # the code builds a new Adam every step
+        "lr_schedule": "linear",  # 1e-3·(1 − 0.018·g), then 1e-4 from g = 50 (the code)
         "lr_decay": 0.018,
         "lr_floor": 1e-4,
     }
@@ -98,7 +98,8 @@ class FLea(Strategy):
     share_with_replacement: bool = False
     share_min_samples: int = 10
     share_features: bool = True
-    """False: no buffer is ever built ("FLea without mix-up", §9 B17: local CE + dCor only)."""
+    """False: no buffer is ever built ("FLea without mix-up", Section 4.3.1: local CE + dCor
+    only)."""
     split_layer: int | None = None
     """Blocks in the extractor θ[:l]; None = the model's FLea split (`flea_layer`)."""
     allow_penultimate_split: bool = False
@@ -164,11 +165,11 @@ class FLea(Strategy):
         scratch copy of the model, loaded from each round's broadcast."""
         super().client_setup(ctx)
         self.split = self.resolve_split(ctx.model)
-        self.teacher = copy.deepcopy(ctx.model).requires_grad_(False)
+        self.teacher = copy.deepcopy(as_block_model(ctx.model)).requires_grad_(False)
 
     def resolve_split(self, model: nn.Module) -> int:
         """l: `split_layer`, else the model's `flea_layer`; the head's input only if allowed."""
-        require_body(model, self.name)
+        model = require_body(model, self.name)
         names = ", ".join(model.block_names)
         split = getattr(model, "flea_layer", None) if self.split_layer is None else self.split_layer
         if split is None:
@@ -199,7 +200,7 @@ class FLea(Strategy):
 
     # ------------------------------------------------------------------ helpers
     def positions(self, seed: int, client_id: int, n: int) -> torch.Tensor:
-        """S_k: fixed positions into client k's data, the same every round (§2.2)."""
+        """S_k: fixed positions into client k's data, the same every round (Section 3.2)."""
         return fixed_subset(
             seed,
             "flea/share",
@@ -277,7 +278,7 @@ class FLea(Strategy):
         labels = message.payload.get("labels")
         warm = client.round == 0 and self.warmup
         epochs = client.train.local_epochs * (self.warmup_epoch_multiplier if warm else 1)
-        if warm or features is None or features.shape[0] == 0:
+        if warm or features is None or labels is None or features.shape[0] == 0:
             yield from client.batches(epochs=epochs)
             return
         takes = shuffled_positions(  # endless
@@ -290,7 +291,7 @@ class FLea(Strategy):
             beta = beta_weights(n, self.beta_a, rng, self.beta_per_sample, x.device)
             yield x, y, features[take[:n]], labels[take[:n]], beta
 
-    def _step_loss(self, round_idx: int, teacher: nn.Module) -> StackedLoss:
+    def _step_loss(self, round_idx: int, teacher: BlockModel) -> StackedLoss:
         """The loss of one local step, (net, *batch) -> (loss, (dCor, counted)): the warm-up
         loss, plain CE, or the mix-up loss for a batch with buffer activations; plus λ2·dCor of
         the batch's inputs and activations (Eq. 5; a batch of one sample has none). Fixed
@@ -298,11 +299,12 @@ class FLea(Strategy):
         warm = round_idx == 0 and self.warmup
         lam2 = self.dcor_weight_at(round_idx)  # the warm-up weight in round 0
 
-        def step_loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *buffer: torch.Tensor):
+        def step_loss(net: BlockModel, x: torch.Tensor, y: torch.Tensor, *buffer: torch.Tensor):
             f = net.encode(x, self.split)
             counted = x.shape[0] > 1
             if counted:
                 with torch.set_grad_enabled(bool(lam2)):
+                    # a str field (the config's type), checked against VARIANTS in `_check`
                     dcor = distance_correlation(x, f, self.dcor_variant)  # type: ignore[arg-type]
             else:
                 dcor = torch.zeros((), device=x.device)
@@ -320,8 +322,8 @@ class FLea(Strategy):
 
     def _warmup_loss(
         self,
-        model: nn.Module,
-        teacher: nn.Module,
+        model: BlockModel,
+        teacher: BlockModel,
         x: torch.Tensor,
         y: torch.Tensor,
         f: torch.Tensor,
@@ -338,8 +340,8 @@ class FLea(Strategy):
 
     def _mixed_loss(
         self,
-        model: nn.Module,
-        teacher: nn.Module,
+        model: BlockModel,
+        teacher: BlockModel,
         y: torch.Tensor,
         f: torch.Tensor,
         f_buf: torch.Tensor,
@@ -363,7 +365,7 @@ class FLea(Strategy):
             loss = loss + self.kd_weight * kd
         return loss
 
-    def _teacher_logits(self, teacher: nn.Module, f: torch.Tensor) -> torch.Tensor:
+    def _teacher_logits(self, teacher: BlockModel, f: torch.Tensor) -> torch.Tensor:
         """The frozen teacher θ^(t)[l:](f) (Eq. 4): no gradient to θ^(t) nor through it to f."""
         with torch.no_grad():
             return teacher.decode(f.detach(), self.split)
@@ -383,7 +385,7 @@ class FLea(Strategy):
     def broadcast_model(self, round_idx: int) -> Message:
         return Message(weights=self.flat.flatten(self.model))
 
-    def _extract(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def _extract(self, model: BlockModel, x: torch.Tensor) -> torch.Tensor:
         model.train(self.extract_bn_mode == "train")
         with torch.no_grad():
             return model.encode(x, self.split)
@@ -394,7 +396,7 @@ class FLea(Strategy):
         positions = positions.to(client.device)
         if positions.numel() == 0:
             return Update(client.id, client.num_samples)
-        model = self.load_weights(client.model, message.weights)
+        model = self.load_weights(as_block_model(client.model), message.weights)
         x, y = client.data(positions)
         return Update(
             client.id,
@@ -453,7 +455,7 @@ class FLea(Strategy):
             "shared_dcor_history": list(self.shared_dcor_history),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.buffer = {k: v.to(self.device) for k, v in state["buffer"].items()}
         self.buffer_owners = list(state["buffer_owners"])

@@ -1,6 +1,6 @@
 """One-shot knowledge distillation from source heads (FedPFT's "KD" baseline of Table 2).
 
-Spec: shared/specs/fedpft.md §4.3 (KD), §7 A15.
+FedPFT's Section 5.3 and Table 2 (Beitollahi et al., 2024).
 
 One round over clients 0 … I−1 in id order: every client but the last (the sources) trains a
 linear head on its own features and sends it once, straight to the destination (C·d + C numbers
@@ -8,7 +8,7 @@ in `head_dtype`, `Update.to_peers`: counted once in `bytes_peer`); the last clie
 destination) trains its own local head, then distils the teacher (the source head; with several
 sources the mean of their logits) into a copy of it with CE(student, y) + T²·KL(softmax(t/T) ‖
 softmax(s/T)) on its local features, for each temperature in `temperatures`, and keeps the
-student with the best accuracy on a held-out `val_fraction` of its own data (§7 A15: selection
+student with the best accuracy on a held-out `val_fraction` of its own data (selection
 on a validation split, not on the test set as the paper did). The destination's student is the
 evaluated model. Heads are trained with the run's `train` settings for `head_budget` passes,
 the local heads and the distillation alike (I × `train.local_epochs` by default,

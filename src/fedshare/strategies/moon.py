@@ -39,16 +39,23 @@ from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.training import bf16_autocast
 from fedshare.errors import FedshareError
-from fedshare.models.base import require_body
+from fedshare.models.base import BlockModel, require_body
 from fedshare.strategies._local import train_local, train_stacked
-from fedshare.strategies.base import ClientSetup, Message, SetupContext, Update, register_strategy
+from fedshare.strategies.base import (
+    ClientSetup,
+    Message,
+    SetupContext,
+    Update,
+    register_strategy,
+    sent_weights,
+)
 from fedshare.strategies.fedavg import FedAvg
 
 
 class MoonNet(nn.Module):
     """A block model and its optional projection head; `forward` gives (logits, z)."""
 
-    def __init__(self, model: nn.Module, projection: nn.Module | None) -> None:
+    def __init__(self, model: BlockModel, projection: nn.Module | None) -> None:
         super().__init__()
         self.model = model
         self.projection = projection
@@ -92,7 +99,7 @@ class MOON(FedAvg):
     def _net(self, model: nn.Module, device: torch.device, seed: int) -> MoonNet:
         """`model` with the projection head (if any, initialised from the run's `seed`, so the
         server and the clients build the same initial head); the flat state covers both."""
-        require_body(model, "moon")
+        model = require_body(model, "moon")
         projection = None
         if self.projection_dim:
             d = model.head.in_features if isinstance(model.head, nn.Linear) else None
@@ -147,7 +154,7 @@ class MOON(FedAvg):
         net = self.load_weights(self.net, message.weights)
         updates = train_stacked(self.flat, clients, net, self._loss, streams=streams)
         return [
-            self._upload(c, u.weights, u.metrics["train_loss"])
+            self._upload(c, sent_weights(u), u.metrics["train_loss"])
             for c, u in zip(clients, updates, strict=True)
         ]
 

@@ -1,10 +1,10 @@
 """One-shot strategies whose server trains on data it holds, and the standalone baseline.
 
-Setting (specs/xormixfl.md §1, §3.7, §3.9): a server with base samples of its own and devices;
-one round; the server trains the global model centrally inside `aggregate`. The server's data
-is the partition's server pseudo-client, `partition.info["server"]` (the `xormix` partitioner,
-`data/label_deficit.py`); the devices are `partition.info["devices"]` (default: every other
-client). The engine still visits the server pseudo-client as a client; it sends nothing.
+Setting (XorMixFL, Shin et al. 2020, Sections 3 and 4): a server with base samples of its own and
+devices; one round; the server trains the global model centrally inside `aggregate`. The server's
+data is the partition's server pseudo-client, `partition.info["server"]` (the `xormix` partitioner,
+`data/label_deficit.py`); the devices are `partition.info["devices"]` (default: every other client).
+The engine still visits the server pseudo-client as a client; it sends nothing.
 """
 
 from collections.abc import Iterable, Mapping
@@ -34,7 +34,8 @@ class OneShotServer(Strategy):
         "batch_size": 64,
         "local_epochs": 10,
     }
-    """The server's central training of XorMixFL's Table 2 (specs/xormixfl.md A8; its preset)."""
+    """The server's central training of XorMixFL's Table 2 (its preset; the paper gives no
+    model nor optimizer)."""
 
     server_epochs: int | None = None
     """Epochs of the server's central training (None: `train.local_epochs`, as Vanilla FL's;
@@ -89,7 +90,7 @@ class OneShotServer(Strategy):
 @register_strategy("standalone")
 @dataclass
 class Standalone(OneShotServer):
-    """Standalone ML (specs/xormixfl.md §3.9): the server trains on its own data only.
+    """Standalone ML (XorMixFL's Table 2 baseline): the server trains on its own data only.
 
     Devices send nothing; the server's imbalanced base samples are the whole training set.
     """

@@ -1,13 +1,13 @@
 """One-shot averaging of local heads (FedPFT's "Average"/AVG baseline: one-shot FedAvg).
 
-Spec: shared/specs/fedpft.md §4.3 (Average), §7 A8, A14.
+FedPFT's Section 5.2 and Table 5 (Beitollahi et al., 2024).
 
 One round: each client trains a linear head on its own features from a common initialisation
 (`feature_heads.local_head`, the run's `train` settings for `head_budget` passes: I ×
 `train.local_epochs` by default, `_feature_heads.HeadBudget`) and uploads it once (C·d + C numbers
 in `head_dtype`, counted as `bytes_up`; with `to_last_client=true` the sources send theirs to
 the last client instead, Table 2's one transfer, `_head_exchange`); the global head is the mean
-of the clients' W and b, weighted by `weighting`: "samples" (n_i, the default: §7 A14's FedAvg
+of the clients' W and b, weighted by `weighting`: "samples" (n_i, the default: FedAvg's
 convention; the paper does not say which weighting) or "uniform" (1/I each). Under unbalanced
 task shifts sample weights make the minority client's classes vanish (digits proxy, two
 clients: 46.9 vs 62.4 uniform).
@@ -41,7 +41,9 @@ WEIGHTINGS = ("samples", "uniform")
 
 @register_strategy("oneshot_avg")
 @dataclass
-class OneShotAverage(HeadBudget, HeadExchange, Strategy):
+# HeadExchange's `clients_in_order` is a property of its `to_last_client` parameter, where
+# Strategy declares a class constant
+class OneShotAverage(HeadBudget, HeadExchange, Strategy):  # type: ignore[override]
     """The (sample- or uniformly) weighted mean of locally trained heads, after one upload."""
 
     one_shot: ClassVar[bool] = True
@@ -50,7 +52,7 @@ class OneShotAverage(HeadBudget, HeadExchange, Strategy):
     head_dtype: str = "float16"
     l2_normalize: bool = False
     weighting: str = "samples"
-    """samples (n_i-weighted, §7 A14, the default) | uniform (every client 1/I)."""
+    """samples (n_i-weighted, the default) | uniform (every client 1/I)."""
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

@@ -1,21 +1,21 @@
 """ReBaFL (Xu, Yang, Ding, Huang, arXiv 2303.06314): re-balanced local classifier training for
-label skew with client dropout. Spec: shared/specs/rebafl.md §2 (algorithm), §7 (choices).
+label skew with client dropout. The paper's Section 4 (Algorithm 1).
 
-Client (§2.5): R-BSM loss CE(z + log π̂_i, y) with the relaxed prior of its own class counts
-(Eq. 10), plus μ × the R-BSM loss of the classifier alone on features moved to the class
+Client (Section 4.3): R-BSM loss CE(z + log π̂_i, y) with the relaxed prior of its own class
+counts (Eq. 10), plus μ × the R-BSM loss of the classifier alone on features moved to the class
 k mod C of their batch position, h̃ = P_t + λ(h − P_y) (Eq. 15, features detached, prior
-recomputed from the augmented labels, §2.4). After training it uploads the class means of
-its penultimate features (Eq. 21) with their class counts. Server (§2.6): sample-weighted
+recomputed from the augmented labels, Section 4.2). After training it uploads the class means of
+its penultimate features (Eq. 21) with their class counts. Server (Algorithm 1): sample-weighted
 FedAvg of the whole model and the class-count-weighted mean of the prototypes (Eq. 23);
 classes no active client reported have no global prototype next round.
 
-Choices (§7): prototypes live in the classifier-input space `model.features(x)` (§7.1; the
-code's projection-head space is not offered since the zoo's models have no such head);
-`refresh_own_prototypes` overwrites the client's own classes with means under the received
-model before training (Eq. 18, §7.2; false = the code); `prototype_memory="last"` keeps a
-class's last global prototype (§7.3; default none); clients with fewer than
-`min_classes_for_aug` classes neither augment nor upload prototypes (§7.4, the code).
-With μ = 0 nothing but the weights is exchanged (the R-BSM-only ablation).
+Choices the paper leaves open: prototypes live in the classifier-input space `model.features(x)`
+(the code's projection-head space is not offered since the zoo's models have no such head);
+`refresh_own_prototypes` overwrites the client's own classes with means under the received model
+before training (Eq. 18; false = the code); `prototype_memory="last"` keeps a class's last global
+prototype (default none); clients with fewer than `min_classes_for_aug` classes neither augment
+nor upload prototypes (the code). With μ = 0 nothing but the weights is exchanged (the R-BSM-only
+ablation).
 """
 
 from collections.abc import Iterable, Mapping
@@ -31,7 +31,7 @@ from fedshare.engine.client import Client
 from fedshare.errors import FedshareError, choices_message
 from fedshare.functional import prototypes as protos
 from fedshare.functional.calibration import check_eps, log_relaxed_prior
-from fedshare.models.base import require_body
+from fedshare.models.base import BlockModel, require_body
 from fedshare.strategies._calibrated import client_class_counts
 from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies.base import (
@@ -41,15 +41,27 @@ from fedshare.strategies.base import (
     Strategy,
     Update,
     register_strategy,
+    sent_weights,
 )
 
 MEMORY = ("none", "last")
 
 
+def head_input_width(model: nn.Module, strategy: str) -> int:
+    """d, the width of the features the model's linear head reads (the prototypes' size)."""
+    head = require_body(model, strategy).head
+    if not isinstance(head, nn.Linear):
+        raise FedshareError(
+            f"strategy {strategy} needs a model whose head is a Linear layer; "
+            f"got {type(head).__name__}"
+        )
+    return head.in_features
+
+
 @register_strategy("rebafl")
 @dataclass
 class ReBaFL(Strategy):
-    """R-BSM local training + prototype-based classifier augmentation (spec §2)."""
+    """R-BSM local training + prototype-based classifier augmentation (Section 4)."""
 
     eps: float = 0.01
     mu: float = 0.1
@@ -58,7 +70,7 @@ class ReBaFL(Strategy):
     prototype_memory: str = "none"
     min_classes_for_aug: int = 2
     client_eps: dict[str, float] | None = None
-    """Optional per-client ε override, {client id: ε} (§7.15); others use `eps`."""
+    """Optional per-client ε override, {client id: ε}; others use `eps`."""
 
     def setup(self, ctx: SetupContext) -> None:
         check_eps(self.eps)
@@ -70,16 +82,15 @@ class ReBaFL(Strategy):
             raise FedshareError(
                 choices_message("strategy.prototype_memory", self.prototype_memory, list(MEMORY))
             )
-        require_body(ctx.model, self.name)
+        self.dim = head_input_width(ctx.model, self.name)
         super().setup(ctx)
         self.num_classes = ctx.data.dataset.num_classes
-        self.dim = int(ctx.model.head.in_features)
         self.prototypes = torch.zeros(self.num_classes, self.dim, device=ctx.device)
         self.proto_mask = torch.zeros(self.num_classes, dtype=torch.bool, device=ctx.device)
 
     def client_setup(self, ctx: ClientSetup) -> None:
         super().client_setup(ctx)
-        self.dim = int(ctx.model.head.in_features)
+        self.dim = head_input_width(ctx.model, self.name)
 
     def client_eps_of(self, client_id: int) -> float:
         overrides = {int(k): float(v) for k, v in (self.client_eps or {}).items()}
@@ -130,7 +141,7 @@ class ReBaFL(Strategy):
         updates = train_stacked(self.flat, clients, model, loss_fn, client_inputs=inputs)
         return [
             self._upload(
-                c, self.load_weights(model, u.weights), p, u.weights, u.metrics["train_loss"]
+                c, self.load_weights(model, u.weights), p, sent_weights(u), u.metrics["train_loss"]
             )
             for c, p, u in zip(clients, plans, updates, strict=True)
         ]
@@ -144,7 +155,7 @@ class ReBaFL(Strategy):
         P, _, mask = protos.unpack(message.payload, self.num_classes, self.dim, client.device)
         augment = shares and bool(mask.any())  # no prototypes yet in round 0
         data = client.data() if shares else None  # gathered once, for Eq. 18 and Eq. 21
-        if augment and self.refresh_own_prototypes:  # Eq. 18
+        if augment and self.refresh_own_prototypes and data is not None:  # Eq. 18
             own, own_counts = protos.feature_prototypes(model, *data, self.num_classes)
             P = torch.where((own_counts > 0).unsqueeze(1), own, P)
             mask = mask | (own_counts > 0)
@@ -182,7 +193,7 @@ class ReBaFL(Strategy):
     def _local_loss(
         self,
         eps: float,
-        model: nn.Module,
+        model: BlockModel,
         x: torch.Tensor,
         y: torch.Tensor,
         log_prior: torch.Tensor,
@@ -190,7 +201,7 @@ class ReBaFL(Strategy):
         mask: torch.Tensor,
         weight: torch.Tensor | float,
     ) -> torch.Tensor:
-        """L = R-BSM(z, y) + weight·R-BSM_aug(φ(h̃), ỹ) with h̃ detached (§2.4 steps 1–6);
+        """L = R-BSM(z, y) + weight·R-BSM_aug(φ(h̃), ỹ) with h̃ detached (Section 4.2);
         fixed shapes, so it also runs under `vmap`."""
         h = model.features(x)
         main = F.cross_entropy(model.head(h) + log_prior, y)

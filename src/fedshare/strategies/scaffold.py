@@ -23,9 +23,10 @@ option II's c grew to ‖c‖ ≈ 50 and the run stayed at chance, docs/baseline
 optimizer steps on the (clipped) raw gradient and y ← y − η(c − c_i) follows each step; c_i⁺
 keeps option II's formula. It equals `gradient` for momentum-free SGD without weight decay.
 
-ReBaFL's baseline settings (shared/specs/rebafl.md §6): server lr 1, gradient clipping at norm
-10, c incremented by the mean Δc_i without the |S|/N factor (`scale_c_by_fraction=false`),
-SGD momentum 0.5 with `correction=after_step` (the ReBaFL tables' `scaffold` method).
+ReBaFL's baseline settings (its code; Section 5.1 names the baseline): server lr 1, gradient
+clipping at norm 10, c incremented by the mean Δc_i without the |S|/N factor
+(`scale_c_by_fraction=false`), SGD momentum 0.5 with `correction=after_step` (the ReBaFL tables'
+`scaffold` method).
 """
 
 from collections.abc import Callable, Iterable, Mapping
@@ -42,12 +43,7 @@ from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._optimizer import require_sgd
 from fedshare.strategies._param_vector import ParamVectorStrategy
-from fedshare.strategies.base import (
-    Message,
-    SetupContext,
-    Update,
-    register_strategy,
-)
+from fedshare.strategies.base import Message, SetupContext, Update, register_strategy, sent_weights
 
 
 @register_strategy("scaffold")
@@ -144,7 +140,7 @@ class Scaffold(ParamVectorStrategy):
 
         updates = train_stacked(self.flat, clients, model, grad_hook=corrected)
         return [
-            self._upload(client, message, u.weights, int(k), u.metrics["train_loss"])
+            self._upload(client, message, sent_weights(u), int(k), u.metrics["train_loss"])
             for client, u, k in zip(clients, updates, steps, strict=True)
         ]
 
@@ -159,7 +155,7 @@ class Scaffold(ParamVectorStrategy):
         Δc_i uploaded."""
         c, c_i = message.payload["c"], self._c_i(client, message)
         if self.update_controls and steps > 0:
-            drift = self.pv.of(message.weights) - self.pv.of(y)
+            drift = self.pv.of(sent_weights(message)) - self.pv.of(y)
             c_new = c_i - c + drift / (steps * client.lr)
         else:
             c_new = c_i
@@ -177,7 +173,7 @@ class Scaffold(ParamVectorStrategy):
         ys = RunningMean()
         delta_c = torch.zeros_like(self.c)
         for update in updates:
-            ys.add(update.weights, update.aggregation_weight)
+            ys.add(sent_weights(update), update.aggregation_weight)
             update.weights = None
             delta_c.add_(update.payload["delta_c"], alpha=update.aggregation_weight)
         if ys.empty:

@@ -1,30 +1,30 @@
 """XorMixFL and MixFL (Shin et al. 2020, "XOR Mixup"): one-shot sharing of encoded samples.
 
-Spec: shared/specs/xormixfl.md. Devices blend p samples per label (Eq. 1, §3.2), encode
-their target-label blends with M dummy-label blends and upload the codes once (Algorithm 1,
-§3.5); the server tops its target labels up to its largest class (§3.6, A6), trains the global
+Section 3 of the paper: devices blend p samples per label (Eq. 1), encode their target-label
+blends with M dummy-label blends and upload the codes once (Algorithm 1); the server tops its
+target labels up to its largest class (Algorithm 2), trains the global
 model centrally on its base samples plus the shared samples, and the run ends (one round).
 
-- XorMixFL: code = g^p(T) ⊕ g^p(D₁) ⊕ … ⊕ g^p(D_M) on uint8 pixel bytes (Eq. 2, A1, A4
-  `xor_each`); the server decodes with blends of its own samples of the same dummy labels
+- XorMixFL: code = g^p(T) ⊕ g^p(D₁) ⊕ … ⊕ g^p(D_M) on uint8 pixel bytes (Eq. 2; the M > 1
+  reading `xor_each`); the server decodes with blends of its own samples of the same dummy labels
   (Eq. 3) and labels the result with the target (hard label).
-- MixFL (the paper's ablation, A10): the device uploads the Mixup fold of
+- MixFL (the paper's ablation, Section 4): the device uploads the Mixup fold of
   [g^p(T), g^p(D₁), …, g^p(D_M)] quantised to uint8; the server uses it directly with the
   Mixup soft label (or the hard target label). The fold's ratio is `mix_ratio` (None: α, the
-  old default; the Table 3/4 presets fix 0.5, A10, since the paper's MixFL does not move with
+  old default; the Table 3/4 presets fix 0.5, since the paper's MixFL does not move with
   α) and its order `mix_order` (None: `blend_order`, the old default; `equal` gives the target
   and each dummy 1/(M+1), where a left fold shrinks the target to ratio^M as M grows).
 
-Privacy (§4, A11): `summary.json` gets the MDS distance of the augmented samples (decoded /
+Privacy (Section 4.2): `summary.json` gets the MDS distance of the augmented samples (decoded /
 mixed) to the device's raw contributors (`mds_mean`, `mds_std`), the same for what is
-actually uploaded (`mds_upload_*`, §9), and `upload_target_exposed`, the mean fraction of the
+actually uploaded (`mds_upload_*`), and `upload_target_exposed`, the mean fraction of the
 target blend's non-zero pixels that the upload carries unchanged. To measure them each
 upload records which of the device's samples it came from in `Update.audit` (ground truth for
 the measurement: never sent, never counted, never trained on).
 
-Choices where the paper is silent are the spec's recommendations (A1–A14). Deviations: the
-dummy labels a device may pick are those the server also holds (so every code can be
-decoded); the `pool` reading of M > 1 (A4) is not offered.
+Where the paper is silent (the byte representation, M > 1, the quotas), the choices are
+fedshare's. Deviations: the dummy labels a device may pick are those the server also holds (so
+every code can be decoded); the `pool` reading of M > 1 is not offered.
 """
 
 from collections.abc import Iterable
@@ -76,7 +76,7 @@ class SampleSharing(OneShotServer):
     """MixFL's target-vs-dummy ratio; None: `alpha`. XorMixFL has no such mix and ignores it
     (it lives here so that one Table 3/4 preset serves both methods)."""
     binarize: bool = False
-    """Blend and encode {0, 255} images instead of uint8 grey levels (§3.1 option)."""
+    """Blend and encode {0, 255} images instead of uint8 grey levels (the paper's bits)."""
     mds_dims: int | None = None
     """MDS distances in a k-dim classical-MDS embedding instead of the exact pixel space."""
 
@@ -133,7 +133,9 @@ class SampleSharing(OneShotServer):
         if not 0.0 < self.alpha < 1.0:
             raise FedshareError(f"strategy.alpha={self.alpha} must lie in (0, 1)")
         if self.blend_order not in ORDERS:
-            raise FedshareError(choices_message("strategy.blend_order", self.blend_order, ORDERS))
+            raise FedshareError(
+                choices_message("strategy.blend_order", self.blend_order, list(ORDERS))
+            )
         if self.quota is not None and self.quota < 0:
             raise FedshareError(f"strategy.quota={self.quota} must not be negative")
         if self.mds_dims is not None and self.mds_dims < 1:
@@ -143,7 +145,7 @@ class SampleSharing(OneShotServer):
 
     # ------------------------------------------------------------------ server -> devices
     def broadcast(self, round_idx: int) -> Message:
-        """Step 0 of §3.7: the target labels, every device's quotas and the usable dummies."""
+        """Before the one round: the target labels, every device's quotas and the usable dummies."""
         return Message(
             payload={
                 "target_labels": torch.tensor(self.targets, dtype=torch.int16),
@@ -246,7 +248,7 @@ class SampleSharing(OneShotServer):
         target_blends: torch.Tensor,
         server_keys: torch.Tensor | None,
     ) -> dict[str, Any]:
-        """MDS of the augmented and of the uploaded samples (§4, §9), and pixel exposure."""
+        """MDS of the augmented and of the uploaded samples (Section 4.2), and pixel exposure."""
         ds = self.data.dataset
         raw = to_bytes(ds.x_train[contributors], ds.scale)
         keys = raw if server_keys is None else torch.cat([raw, server_keys], dim=1)
@@ -262,8 +264,8 @@ class SampleSharing(OneShotServer):
 @register_strategy("xormixfl")
 @dataclass
 class XorMixFL(SampleSharing):
-    """XorMixFL (specs/xormixfl.md §3.3–3.6): XOR-encoded target samples, decoded at the server
-    with its own dummy blends; hard target labels."""
+    """XorMixFL (Section 3, Eqs. 2–3, Algorithms 1–2): XOR-encoded target samples, decoded at
+    the server with its own dummy blends; hard target labels."""
 
     multi_dummy_mode: str = "xor_each"
     """M > 1 (A4): `xor_each` XORs M blends; `preblend` first blends them into one (Eq. 1)."""
@@ -308,8 +310,9 @@ class XorMixFL(SampleSharing):
 @register_strategy("mixfl")
 @dataclass
 class MixFL(SampleSharing):
-    """MixFL (specs/xormixfl.md §3.9, A10): devices upload the Mixup α-fold of the target blend
-    and the M dummy blends; the server trains on it as is, with the Mixup soft label."""
+    """MixFL (the paper's Mixup baseline, Section 4): devices upload the Mixup α-fold of the
+    target blend and the M dummy blends; the server trains on it as is, with the Mixup soft
+    label."""
 
     mix_order: str | None = None
     """Order of the [target, dummies] fold: None = `blend_order` (the old behaviour) |
@@ -322,7 +325,7 @@ class MixFL(SampleSharing):
         if self.label not in ("soft", "hard"):
             raise FedshareError(choices_message("strategy.label", self.label, ["soft", "hard"]))
         if self.mix_order is not None and self.mix_order not in ORDERS:
-            raise FedshareError(choices_message("strategy.mix_order", self.mix_order, ORDERS))
+            raise FedshareError(choices_message("strategy.mix_order", self.mix_order, list(ORDERS)))
 
     def _weights(self) -> torch.Tensor:
         """Weights of [target, dummy₁, …, dummy_M] in the uploaded mix (and its soft label)."""
