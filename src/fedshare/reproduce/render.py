@@ -2,8 +2,10 @@
 
 import csv
 import statistics
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedshare.paper.compare import load_table
 from fedshare.reproduce.jobs import Layout
@@ -18,6 +20,10 @@ from fedshare.reproduce.measure import (
 from fedshare.results.grouping import MISSING
 from fedshare.results.stats import mean_std
 from fedshare.results.writers import markdown_table
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 LABELS = {
     "last10": "last-10",
@@ -363,40 +369,80 @@ def _csv_summary(value: StatSummary | None) -> tuple[float | str, float | str]:
 
 
 def plot(items: Sequence[Measured], path: Path, title: str) -> None:
-    """Measured (mean ± std over seeds) against the paper's number, one point per cell, the
-    diagonal and its ±3-point band."""
+    """The report's figure (`figure`) written to `path`."""
+    figure(items, title).savefig(path, dpi=110)
+
+
+def figure(items: Sequence[Measured], title: str) -> "Figure":
+    """Measured against the paper's number where cells have one (mean ± std over seeds, the
+    diagonal and its ±3-point band), else each measured cell's mean ± std; every point carries
+    its method's name, and the title wraps to fit."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(5.5, 5), layout="constrained")
+    measured = [i for i in items if i.n]
+    paired = [i for i in measured if i.paper is not None]
+    height = 5.0 if paired or not measured else max(3.0, 1.6 + 0.28 * len(measured))
+    fig = Figure(figsize=(6.5, height), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    shown = [
-        (i, i.paper[0], mean)  # a measured cell (n > 0) has a mean
-        for i in items
-        if i.paper is not None and i.n and (mean := i.mean_std[0]) is not None
-    ]
-    for numbers in dict.fromkeys(i.numbers for i, _, _ in shown):
-        mine = [(i, paper, mean) for i, paper, mean in shown if i.numbers == numbers]
-        ax.errorbar(
-            [paper for _, paper, _ in mine],
-            [mean for _, _, mean in mine],
-            yerr=[i.mean_std[1] or 0.0 for i, _, _ in mine],
-            fmt="o",
-            capsize=3,
-            label=numbers,
-        )
-    values = [v for _, paper, mean in shown for v in (paper, mean)]
-    if values:
-        low, high = min(values) - 5, max(values) + 5
-        ax.plot([low, high], [low, high], color="grey", lw=1)
-        ax.fill_between([low, high], [low - 3, high - 3], [low + 3, high + 3], alpha=0.15)
-        ax.legend(fontsize=8)
+    if paired:
+        _against_paper(ax, paired)
+    elif measured:
+        _measured_cells(ax, measured)
     else:
-        ax.text(
-            0.5, 0.5, "no measured cell with a paper number", ha="center", transform=ax.transAxes
-        )
+        ax.text(0.5, 0.5, "no measured cell", ha="center", transform=ax.transAxes)
+    ax.set_title(textwrap.fill(title, TITLE_WIDTH), fontsize=9)
+    return fig
+
+
+TITLE_WIDTH = 70
+"""Characters a title line holds before it wraps (the figure is 6.5 inches wide)."""
+
+
+def _against_paper(ax: "Axes", shown: Sequence[Measured]) -> None:
+    points = [
+        (i, i.paper[0], i.mean_std[0], i.mean_std[1] or 0.0)
+        for i in shown
+        if i.paper is not None and i.mean_std[0] is not None
+    ]
+    labels = _cell_labels([p[0] for p in points])
+    for numbers in dict.fromkeys(p[0].numbers for p in points):
+        mine = [
+            (p, label) for p, label in zip(points, labels, strict=True) if p[0].numbers == numbers
+        ]
+        xs, ys = [p[1] for p, _ in mine], [p[2] for p, _ in mine]
+        ax.errorbar(xs, ys, yerr=[p[3] for p, _ in mine], fmt="o", capsize=3, label=numbers)
+        for x, y, label in zip(xs, ys, [label for _, label in mine], strict=True):
+            ax.annotate(label, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7)
+    values = [v for p in points for v in (p[1], p[2])]
+    low, high = min(values) - 5, max(values) + 5
+    ax.plot([low, high], [low, high], color="grey", lw=1)
+    ax.fill_between([low, high], [low - 3, high - 3], [low + 3, high + 3], alpha=0.15)
+    ax.legend(fontsize=8)
     ax.set_xlabel("paper")
     ax.set_ylabel("measured (mean ± std over seeds)")
-    ax.set_title(title, fontsize=10)
-    fig.savefig(path, dpi=110)
+
+
+def _measured_cells(ax: "Axes", shown: Sequence[Measured]) -> None:
+    """One row per cell (no paper number to stand against): its mean ± std over seeds."""
+    labels = _cell_labels(shown)
+    rows = list(range(len(shown)))[::-1]  # the first cell on top
+    means = [i.mean_std[0] if i.mean_std[0] is not None else float("nan") for i in shown]
+    ax.errorbar(means, rows, xerr=[i.mean_std[1] or 0.0 for i in shown], fmt="o", capsize=3)
+    ax.set_yticks(rows, labels, fontsize=8)
+    ax.set_ylim(-0.7, len(shown) - 0.3)
+    metrics = ", ".join(dict.fromkeys(i.metric for i in shown))
+    ax.set_xlabel(f"measured {metrics} (mean ± std over seeds; no paper number)")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _cell_labels(items: Sequence[Measured]) -> list[str]:
+    """Each cell's name on the figure: its method as the paper prints it, and where the cells
+    span several columns its column (the value alone for a `key=value` column)."""
+    columns = dict.fromkeys(i.column for i in items)
+    names = {c: name.rsplit("=", 1)[-1] for c, name in column_names(list(columns)).items()}
+    return [
+        method_name(i.numbers, i.method) + ("" if len(columns) == 1 else f" · {names[i.column]}")
+        for i in items
+    ]
