@@ -68,3 +68,28 @@ def test_scaffold_without_controls_differs_from_fedlabs():
     frozen, cohorts = run_fedshare(Scaffold(update_controls=False), fed, clients={"per_round": 2})
     theirs = run_fedlab_scaffold(fed, cohorts)
     assert (frozen - theirs).abs().max() > 100 * ATOL
+
+
+def test_fedlabs_feddyn_client_trains_as_its_fedavg_client():
+    """What docs/baselines.md records of FedLab 1.3's FedDyn: its regulariser is built from
+    `model_parameters`, a detached copy, so its gradient is zero and the client's model after
+    training equals FedLab's plain SGD client's (fedshare's FedDyn is compared with the paper's
+    equations in test_scaffold_feddyn.py instead)."""
+    from fedlab.contrib.algorithm.basic_client import SGDSerialClientTrainer
+    from fedlab.contrib.algorithm.feddyn import FedDynSerialClientTrainer
+
+    fed = equal_federation(3)
+    data = _FullBatches(client_tensors(fed))
+    start = flat(linear_model())
+    dyn = FedDynSerialClientTrainer(linear_model(), 3)
+    dyn.setup_dataset(data)
+    dyn.setup_optim(EPOCHS, 10_000, LR, alpha=0.5)
+    plain = SGDSerialClientTrainer(linear_model(), 3)
+    plain.setup_dataset(data)
+    plain.setup_optim(EPOCHS, 10_000, LR)
+    for _ in range(2):  # the second pass has a nonzero L_t, which would move a live regulariser
+        dyn.local_process([start], [0])
+        plain.local_process([start], [0])
+        (dyn_model,), (plain_model,) = dyn.uplink_package[0], plain.uplink_package[0]
+        torch.testing.assert_close(dyn_model, plain_model, rtol=0, atol=0)
+    assert dyn_model.sub(start).abs().max() > 0.05
