@@ -109,3 +109,58 @@ def test_fedprox_equals_pfls_fedprox():
     torch.testing.assert_close(ours, theirs, rtol=0, atol=ATOL)
     fedavg, _ = run_fedshare(FedAvg(), fed)
     assert (ours - fedavg).abs().max() > 100 * ATOL  # μ = 0.5 is felt
+
+
+def scaffold_by_hand(fed, sign: float) -> torch.Tensor:
+    """SCAFFOLD option II written out, every client every round, full-batch steps
+    y ← y − η(∇L_i(y) + c − c_i), c_i⁺ = c_i − c + sign·(x − y_i)/(Kη),
+    c ← c + (|S|/N)·mean(Δc_i), x ← x + mean(y_i − x) (equal client sizes): `sign` = 1 is the
+    paper's, −1 builds the variates from y − x as pfl does."""
+    data = client_tensors(fed)
+    x = flat(linear_model())
+    c = torch.zeros_like(x)
+    cs = [torch.zeros_like(x) for _ in data]
+
+    def gradient(theta, inputs, labels):
+        w = theta[:640].view(10, 64).clone().requires_grad_(True)
+        b = theta[640:].clone().requires_grad_(True)
+        F.cross_entropy(inputs.flatten(1) @ w.T + b, labels).backward()
+        return torch.cat([w.grad.reshape(-1), b.grad])
+
+    for _ in range(ROUNDS):
+        ys, dcs = [], []
+        for k, (inputs, labels) in enumerate(data):
+            y = x.clone()
+            for _ in range(EPOCHS):
+                y = y - LR * (gradient(y, inputs, labels) + c - cs[k])
+            new_c = cs[k] - c + sign * (x - y) / (EPOCHS * LR)
+            dcs.append(new_c - cs[k])
+            cs[k] = new_c
+            ys.append(y)
+        x = x + torch.stack(ys).mean(0) - x
+        c = c + torch.stack(dcs).mean(0)  # |S| = N
+    return x
+
+
+def test_pfls_scaffold_is_the_negated_variates_and_fedshares_the_papers():
+    """What docs/baselines.md records of pfl 0.6's SCAFFOLD, checked on its own code."""
+    from peer_setup import equal_federation
+    from pfl.algorithm.scaffold import SCAFFOLD, SCAFFOLDParams
+    from pfl.data.user_state import InMemoryUserStateStorage
+
+    from fedshare.strategies import Scaffold
+
+    fed = equal_federation(3)
+    ours, _ = run_fedshare(Scaffold(), fed)
+    theirs = run_pfl(
+        fed,
+        SCAFFOLD(),
+        SCAFFOLDParams,
+        population=3,
+        use_gradient_as_control_variate=False,
+        user_state_storage=InMemoryUserStateStorage(),
+    )
+    papers, negated = scaffold_by_hand(fed, 1.0), scaffold_by_hand(fed, -1.0)
+    assert (papers - negated).abs().max() > 100 * ATOL  # the two readings are told apart
+    torch.testing.assert_close(ours, papers, rtol=0, atol=ATOL)
+    torch.testing.assert_close(theirs, negated, rtol=0, atol=ATOL)
