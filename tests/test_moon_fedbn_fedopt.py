@@ -1,5 +1,6 @@
-"""MOON, FedBN, FedAdam/FedYogi and FedProx's plain norm: unit properties, client state through
-a resume, and small real-data runs on digits (docs/baselines.md)."""
+"""MOON, FedBN, the server optimizers (FedAdagrad/FedAdam/FedYogi/FedAvgM) and FedProx's plain
+norm: unit properties, client state through a resume, and small real-data runs on digits
+(docs/baselines.md)."""
 
 import math
 
@@ -11,7 +12,8 @@ from fedshare import simulate
 from fedshare.api import init_model
 from fedshare.config import TrainConfig
 from fedshare.engine.client import Client
-from fedshare.strategies import MOON, FedAdam, FedAvg, FedBN, FedProx, FedYogi
+from fedshare.errors import FedshareError
+from fedshare.strategies import MOON, FedAdagrad, FedAdam, FedAvg, FedAvgM, FedBN, FedProx, FedYogi
 from fedshare.strategies.base import SetupContext, Update
 from fedshare.strategies.fedbn import batchnorm_mask
 from fedshare.strategies.fedprox import add_proximal_grad_
@@ -273,31 +275,76 @@ def tiny_setup(strategy):
     return model
 
 
-@pytest.mark.parametrize("cls", [FedAdam, FedYogi])
+SECOND_MOMENT = {
+    FedAdagrad: lambda v, d2: v + d2,
+    FedAdam: lambda v, d2: 0.99 * v + 0.01 * d2,
+    FedYogi: lambda v, d2: v - 0.01 * d2 * torch.sign(v - d2),
+}
+
+
+def two_client_means(strategy, model, steps=2):
+    """Aggregate `steps` rounds of two random clients (10 and 30 samples); yields (x, mean)."""
+    g = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        x = strategy.flat.flatten(model)
+        y1, y2 = (x + torch.randn(x.shape, generator=g) for _ in range(2))
+        strategy.aggregate(iter([Update(0, 10, weights=y1), Update(1, 30, weights=y2)]), step)
+        yield x, (10 * y1 + 30 * y2) / 40
+
+
+@pytest.mark.parametrize("cls", list(SECOND_MOMENT))
 def test_fedopt_two_server_steps_equal_a_hand_computation(cls):
-    strategy = cls(eta=0.1, beta1=0.9, beta2=0.99, tau=1e-3, v0=1e-6)
+    decay = {} if cls is FedAdagrad else {"beta2": 0.99}
+    strategy = cls(eta=0.1, beta1=0.9, tau=1e-3, v0=1e-6, **decay)
     model = tiny_setup(strategy)
     params = torch.cat([p.detach().flatten() for p in model.parameters()])
     is_param = strategy.param_mask
     assert int(is_param.sum()) == params.numel() == 2 * 3 + 3 + 3 + 3
     m, v = torch.zeros(params.numel()), torch.full((params.numel(),), 1e-6)
-    g = torch.Generator().manual_seed(1)
-    for step in range(2):
-        x = strategy.flat.flatten(model)
-        y1, y2 = (x + torch.randn(x.shape, generator=g) for _ in range(2))
-        updates = [Update(0, 10, weights=y1), Update(1, 30, weights=y2)]
-        mean = (10 * y1 + 30 * y2) / 40
-        strategy.aggregate(iter(updates), step)
+    for x, mean in two_client_means(strategy, model):
         delta = (mean - x)[is_param]
         m = 0.9 * m + 0.1 * delta
-        if cls is FedAdam:
-            v = 0.99 * v + 0.01 * delta**2
-        else:
-            v = v - 0.01 * delta**2 * torch.sign(v - delta**2)
+        v = SECOND_MOMENT[cls](v, delta**2)
         expected = mean.clone()  # BN running statistics: the plain mean
         expected[is_param] = x[is_param] + 0.1 * m / (v.sqrt() + 1e-3)
         torch.testing.assert_close(strategy.flat.flatten(model), expected)
     torch.testing.assert_close(strategy.state_dict()["v"], v)
+
+
+def test_fedavgm_three_server_steps_equal_a_hand_computation():
+    """Hsu et al.'s v ← β·v + (x − mean), x ← x − η·v on the parameters; BN buffers averaged."""
+    strategy = FedAvgM(server_lr=0.7, momentum=0.8)
+    model = tiny_setup(strategy)
+    is_param = strategy.param_mask
+    velocity = torch.zeros(int(is_param.sum()))
+    for x, mean in two_client_means(strategy, model, steps=3):
+        velocity = 0.8 * velocity + (x - mean)[is_param]
+        expected = mean.clone()
+        expected[is_param] = x[is_param] - 0.7 * velocity
+        torch.testing.assert_close(strategy.flat.flatten(model), expected)
+    torch.testing.assert_close(strategy.state_dict()["velocity"], velocity)
+
+
+def test_fedavgm_without_momentum_at_rate_one_is_fedavg():
+    strategy, fedavg = FedAvgM(server_lr=1.0, momentum=0.0), FedAvg()
+    model, reference = tiny_setup(strategy), tiny_setup(fedavg)
+    for (_, mean), _ in zip(two_client_means(strategy, model, steps=2), range(2), strict=True):
+        fedavg.load_weights(reference, mean)
+        torch.testing.assert_close(strategy.flat.flatten(model), fedavg.flat.flatten(reference))
+
+
+@pytest.mark.parametrize(
+    ("cls", "key", "value"),
+    [
+        (FedAvgM, "momentum", 1.0),
+        (FedAvgM, "server_lr", 0.0),
+        (FedAdagrad, "beta1", -0.1),
+        (FedAdagrad, "eta", 0.0),
+    ],
+)
+def test_server_optimizers_reject_a_bad_value_by_name(cls, key, value):
+    with pytest.raises(FedshareError, match=f"strategy.{key}={value}"):
+        cls(**{key: value})
 
 
 def test_fedadam_without_moments_is_a_sign_step():
@@ -313,10 +360,11 @@ def test_fedadam_without_moments_is_a_sign_step():
     )
 
 
-def test_fedyogi_state_survives_a_resume(tmp_path):
-    full = run(FedYogi(eta=0.03), rounds=4, tmp=tmp_path / "full")
-    run(FedYogi(eta=0.03), rounds=2, tmp=tmp_path / "cut")
-    resumed = run(FedYogi(eta=0.03), rounds=4, tmp=tmp_path / "cut", resume=True)
+@pytest.mark.parametrize("make", [lambda: FedYogi(eta=0.03), lambda: FedAvgM(momentum=0.5)])
+def test_server_optimizer_state_survives_a_resume(tmp_path, make):
+    full = run(make(), rounds=4, tmp=tmp_path / "full")
+    run(make(), rounds=2, tmp=tmp_path / "cut")
+    resumed = run(make(), rounds=4, tmp=tmp_path / "cut", resume=True)
     assert without_wall_time(resumed.history) == without_wall_time(full.history)
 
 
@@ -403,6 +451,8 @@ REAL = {
     "fedbn": (FedBN, "bn"),
     "fedadam": (FedAdam, "cnn_small"),
     "fedyogi": (FedYogi, "cnn_small"),
+    "fedadagrad": (FedAdagrad, "cnn_small"),
+    "fedavgm": (FedAvgM, "cnn_small"),
     "fedprox_plain": (lambda: FedProx(mu=0.001, norm="plain"), "cnn_small"),
 }
 

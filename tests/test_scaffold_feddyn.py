@@ -239,7 +239,7 @@ def test_feddyn_equations_exactly(mean, batched):
     assert torch.allclose(got.h, h, atol=1e-7)
 
 
-def test_feddyn_defaults_to_the_papers_alpha_and_refuses_an_unknown_mean():
+def test_feddyn_defaults_to_alpha_1e_2_and_refuses_an_unknown_mean():
     assert FedDyn().alpha == 1e-2
     with pytest.raises(FedshareError, match=r"strategy\.mean='median' is not one of"):
         FedDyn(mean="median")

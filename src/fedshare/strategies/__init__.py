@@ -32,7 +32,7 @@ from fedshare.strategies.fedkt import FedKT
 from fedshare.strategies.fedlc import FedLC
 from fedshare.strategies.fedmix import FedMix
 from fedshare.strategies.fedntd import FedNTD
-from fedshare.strategies.fedopt import FedAdam, FedYogi
+from fedshare.strategies.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from fedshare.strategies.fedpft import DPFedPFT, FedPFT
 from fedshare.strategies.fedpft_chain import FedPFTChain
 from fedshare.strategies.fedprox import FedProx
@@ -58,9 +58,11 @@ __all__ = [
     "FLea",
     "FeatureRecalibration",
     "FedAA",
+    "FedAdagrad",
     "FedAdam",
     "FedAvg",
     "FedAvgFT",
+    "FedAvgM",
     "FedBABU",
     "FedBE",
     "FedBN",

@@ -1,7 +1,7 @@
 """Pieces shared by the one-shot feature-level strategies (FedPFT and its baselines).
 
-Spec: shared/specs/fedpft.md §1 (model w = h∘f: a frozen extractor f and a linear head h),
-§7 A8 (head training), A6 (L2 normalisation with DP).
+FedPFT (Beitollahi et al. 2024): the model is w = h∘f, a frozen extractor f and a linear
+head h.
 
 The extractor f is the model's `features` (the penultimate representation of a `BlockModel`):
 on a feature dataset (`data.features=...` or `data=features_file`) with `model=linear` it is the
@@ -16,8 +16,10 @@ config train their heads alike (the paper: Adam, lr 1e-4 for all; the presets se
 The baselines' local heads see a client's share of the data, FedPFT's and Centralized's head
 the pooled set: at the same epochs a local head takes about I times fewer optimizer steps, and
 at Adam 1e-4 on a few hundred samples it stays near its initialisation (docs/fedpft.md, "Local
-heads' budget"). `HeadBudget.head_budget=pooled` (the default) gives every head the same number
-of steps: I × `train.local_epochs` passes over a client's own data.
+heads' budget"). `HeadBudget.head_budget=pooled` (the default) gives every local head
+I × `train.local_epochs` passes over its client's own data: the optimizer steps of
+`train.local_epochs` passes over the pooled data when the clients hold equal shares; at unequal
+shares a larger client's head takes more steps than the pooled head and a smaller one's fewer.
 """
 
 import math
@@ -45,7 +47,8 @@ HEAD_TRAINING = {
     "batch_size": 32,
     "local_epochs": 50,
 }
-"""FedPFT's head training (specs/fedpft.md §2.2: Adam 1e-4, batch 32, 50 epochs), the default of
+"""FedPFT's head training (Adam at lr 1e-4, the paper's appendix; batch 32 and 50 epochs are
+the library's choice, within the paper's epoch grid {50, 100, 200} for FedAvg), the default of
 the one-shot feature strategies (`Strategy.train_defaults`)."""
 
 
@@ -150,7 +153,7 @@ def fit_head(
     `epochs` (default `train.local_epochs`) shuffled passes; return the mean loss (a tensor).
 
     With a `teacher`, the loss is CE + T²·KL(softmax(teacher/T) ‖ softmax(head/T)) (the KD
-    baseline of fedpft.md §7 A15; `fedshare.functional.losses.distillation_kl`); with a teacher
+    baseline of FedPFT's appendix; `fedshare.functional.losses.distillation_kl`); with a teacher
     and `y=None` (unlabelled inputs) the distillation term alone. With an `average` (SWA), the
     head ends as the mean of its iterates at the steps `average` picks."""
     if y is None and teacher is None:

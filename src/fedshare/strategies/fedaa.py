@@ -1,17 +1,17 @@
 """FedAA (Chen et al., "FedAA: Using Non-sensitive Modality to Solve Non-IID Puzzles in
-Federated Learning", Sections 3.3–3.5).
+Federated Learning", ACM MM 2023).
 
-One round, two exchanges with the same cohort (the paper's Algorithm 4):
+One round, two exchanges with the same cohort (§3, Algorithm 4):
 
 A. (`train` phase) each client trains E1 = `train.local_epochs` epochs from the global model
    and uploads its model and its non-sensitive items: the ids of the classes it holds
-   (Section 3.2: every distinct local label; int16, counted as shared bytes).
+   (§3.2: the label names; here every distinct local label, int16, counted as shared bytes).
 B. (server, in the `train` phase's aggregate)
    1. for each client k, `adv_per_label` inputs per shared label, optimised from N(0, σ²) noise
       with L-BFGS(-B) until k's frozen model assigns them k's labels (Eq. 4,
       `fedshare.functional.fooling`);
    2. each client's model fine-tuned on the *other* clients' examples and labels (Eq. 5: SGD,
-      `finetune_epochs` epochs, Section 3.3), then the n_k-weighted mean: F_avg (Eq. 6);
+      `finetune_epochs` epochs), then the n_k-weighted mean: F_avg (Eq. 6);
    3. a fresh identifier I_k per client (`_identifier`, re-initialised every round) trained
       with Adam to tell k's examples from the others' on F_avg's frozen features (Eq. 6).
 C. (`second` phase) each client receives F_avg and, addressed to it alone, its own I_k
@@ -20,24 +20,31 @@ C. (`second` phase) each client receives F_avg and, addressed to it alone, its o
 D. the n_k-weighted mean of the second-pass models is the round's global model.
 
 Adversarial examples and identifiers never leave the server except I_k to client k; both are
-discarded at the end of the round. Ablations (Section 4.2, Table 3): `identifier=false` is Non-I
-(phase C runs as a plain `second_epochs` pass, λ = 0, no identifier trained or sent: equal compute);
+discarded at the end of the round. Ablations (Table 3): `identifier=false` is Non-I (phase C
+runs as a plain `second_epochs` pass, λ = 0, no identifier trained or sent: equal compute);
 `finetune=false` is Non-F (F_avg is the mean of the phase-A models; examples are still
 synthesised for the identifier).
 
-Choices the paper leaves open: n_adv = 32 per (client, label), σ = 1 in the normalised input space
-clipped to the box of valid pixels (uint8 images; other data are unbounded), L-BFGS with maxiter 100
-(`adv_solver=auto`: scipy's L-BFGS-B on a CPU run, torch's L-BFGS with projection on a CUDA run,
-which keeps the examples on the device), the fine-tune with local training's optimizer and lr (plain
-SGD under `train_defaults`) × 10 epochs × batch 256, identifier 512 hidden, Adam 4e-4 β = (0.5,
-0.9), 10 epochs, batch 256, n_k/n weights everywhere. λ of Eq. 7 (`adv_loss_weight`) defaults to
-0.03, not 1: the paper sums the identifier term per sample but averages the cross-entropy and gives
-the term its own rate η3 without a value, so the weight is open; at λ = 1 the term costs one-class
-clients 8–16 accuracy points against Non-I, at 0.03 it stays within 0–4 points of Non-I
-(docs/fedaa.md "The weight of Eq. 7", measured). Each round's metrics log the examples' loss
-before/after and the share the generating model assigns to its target (at one class per client a
-locally trained model already predicts it for noise), the identifiers' balanced accuracy, and the
-time of each stage.
+Choices the paper leaves open (marked "open in the paper" in the YAML): n_adv = 32 per (client,
+label), σ = 1 in the normalised input space clipped to the box of valid pixels (uint8 images;
+other data are unbounded), L-BFGS with maxiter 100 (`adv_solver=auto`: scipy's L-BFGS-B on a CPU
+run, torch's L-BFGS with projection on a CUDA run, which keeps the examples on the device), the
+fine-tune with local training's optimizer and lr (plain SGD under `train_defaults`) × 10 epochs
+× batch 256, identifier 512 hidden and Adam 4e-4 β = (0.5, 0.9) (§4.1, the paper's "D"), 10
+epochs, batch 256, n_k/n weights everywhere (Algorithm 4).
+
+λ of Eq. 7 (`adv_loss_weight`) defaults to 1: Eq. 7 is L_new = L_k + L_adv, the two terms at
+unit weight, with L_adv = −E_{x∼X_k}[log(1 − I_k(F_k(x)))] (an expectation: here the minibatch
+mean of softplus(I_k's logit)) and the cross-entropy taken as the minibatch mean, as local
+training takes it everywhere else. Taken literally, Eq. 1 writes L_k = Σ_{i≤n_k} J as a sum over
+the samples while L_adv is an expectation, which would weight the identifier term 1/n_k (or
+1/B per minibatch, Algorithm 3) against a mean cross-entropy; Algorithm 3 also gives the term
+its own rate η3 without a value. Any other λ is a tuned value and is named as such where used
+(the `weights` scale of `fedaa/table3` measures λ ∈ {0, 0.03, 0.3, 1}).
+
+Each round's metrics log the examples' loss before/after and the share the generating model
+assigns to its target (at one class per client a locally trained model already predicts it for
+noise), the identifiers' balanced accuracy, and the time of each stage.
 """
 
 import copy
@@ -116,7 +123,7 @@ class FedAA(FedAvg):
     identifier_batch_size: int = 256
     identifier_lr: float = 4e-4
     identifier_betas: list[float] = field(default_factory=lambda: [0.5, 0.9])
-    adv_loss_weight: float = 0.03
+    adv_loss_weight: float = 1.0
 
     def __post_init__(self) -> None:
         positive = {
@@ -445,7 +452,7 @@ def with_label_set(client: Client, update: Update) -> Update:
 def input_box(dataset: Any, device: torch.device) -> Box:
     """The model-input image of the valid stored range: [0, 255] for uint8 images, else the
     stored training inputs' overall [min, max] (e.g. [0, 16] for digits), scaled and normalised
-    as the dataset prepares them. Non-image inputs are bounded too; unbounded, L-BFGS drove
+    as the dataset prepares them. Eq. 4 sets no bound; bounding only images, L-BFGS drove
     digits' inputs to ~5e3 and the fine-tune on them diverged (non-finite loss)."""
     shape = (1, *dataset.input_shape)
     x = dataset.x_train

@@ -1,12 +1,14 @@
 """FedBE (Chen & Chao, ICLR 2021, "Bayesian model ensemble") as a one-shot baseline on heads
-(FedPFT's Table 5, specs/fedpft.md §4.3: "15 models sampled from the posterior over heads";
-the server's distillation data is not specified, §7 A16).
+(FedPFT's Table 5 and appendix: "15 models sampled from the posterior" over heads; FedPFT does
+not say which data the server distils on).
 
 The server builds FedBE's global model distribution from the uploaded heads and samples
 `samples` = 15 heads from it (`posterior`): from the diagonal Gaussian (mean and variance of
 every weight, weighted as `weighting` says: the mean is `oneshot_avg`'s head) and/or as
-Dirichlet convex combinations w = Σ_i γ_i w_i of the clients' heads, γ ~ Dir(α·1) (FedBE §4,
-its code's `mode="dir"`). With `posterior=both` (the default) the first ⌈M/2⌉ samples come from
+Dirichlet convex combinations w = Σ_i γ_i w_i of the clients' heads, γ ~ Dir(α·1) (FedBE §4;
+its code's `construct_models(mode="dir")`, whose signature default is "dir" but whose runs take
+`--sample_teacher`, default "gaussian": swag.py l. 98, main.py l. 339, utils/options.py l. 67 of
+hongyouc/FedBE). With `posterior=both` (the default) the first ⌈M/2⌉ samples come from
 the Gaussian and the rest from the Dirichlet. The ensemble is the clients' heads, the mean head
 and the samples (FedBE's teachers); its mean softmax on the server's unlabelled features is the
 soft target, distilled (KL) into the global head started from the mean head
@@ -16,7 +18,12 @@ head is the mean of the student's iterates every `swa_every` steps from the firs
 
 Differences from FedBE (docs/fedpft.md, "FedBE and FedKT"): one round on frozen features
 (FedBE is multi-round on whole networks; FedPFT compares it one-shot); the Gaussian is fitted to
-the heads themselves, not to FedBE's code's per-layer normalised updates with `var_scale` 0.1;
+the heads themselves, not to FedBE's code's updates from the base model, normalised per layer,
+with the standard deviation scaled by `var_scale` 0.1 and the sample rescaled by the mean norm
+(swag.py l. 68–95, 104–114; options.py l. 61), so fedshare's samples are about 10× wider; the
+soft target is the ensemble's mean softmax, not FedBE's code's sharpened mean, p²/Σp² (its KL
+loss with `--temp` 0.5: utils/tools.py l. 81–83, 103; options.py l. 69–70), kept unsharpened
+because FedPFT names no sharpening and a rerun of its Table 5 stand-in would be needed;
 the student trains with the run's `train` optimizer (FedBE's code: SGD 1e-3, momentum 0.9) and
 SWA starts at a fraction of the steps, not at step 500; Dirichlet α = `dirichlet_alpha` (1.0:
 uniform on the simplex; the value of FedBE's `args.alpha` is not in its released options);

@@ -9,8 +9,8 @@ BatchNorm → ReLU → z) for `generator_steps` Adam steps against the round's h
 
     min_w  E_{y ~ p̂(y), ε} [ CE( Σ_k α_{k,y} · h_k(G_w(y, ε)), y ) ]  +  η · L_div,
 
-α_{k,y} = n_{k,y} / Σ_j n_{j,y} (each head weighted by its client's share of the label: the
-paper's ensemble with the label-count weights of its §3.2), y drawn ∝ the round's counts
+α_{k,y} = n_{k,y} / Σ_j n_{j,y} (each head weighted by its client's share of the label, the
+weights of the authors' code, `get_label_weights`), y drawn ∝ the round's counts
 Σ_k n_{k,y} (labels the round's heads know), and L_div FedGen's diversity loss
 (`functional.generative`). G's weights and p̂(y) ∝ every count received so far go out with the
 next broadcast (counted). The local objective (the paper's Eq. 5) adds to the client's
@@ -18,10 +18,25 @@ cross-entropy `gen_weight` · CE(h(ẑ), ŷ) on a batch of generated features, �
 ẑ = G(ŷ, ε): the generated features enter the head alone, the extractor gets no gradient from
 them.
 
-Deviations: the authors' code also decays the generated term's weight over rounds and adds a
-KL term between the local head's outputs on real and generated latents (`generative_beta`);
-this strategy follows the paper's Eq. 5 (one weight, no decay). Round 0 is plain FedAvg (no
-generator has been trained yet).
+Deviations from the authors' code (zhuangdizhu/FedGen at dd5807c; documented, not adopted:
+adopting them needs the FLea/FedGen comparisons rerun):
+* the generated term's weight: there generative_alpha·0.98^t (10 for MNIST) times
+  gen_batch_size/batch_size (userpFedGen.py l. 51–52, 65–70; model_config.py l. 59); here
+  `gen_weight` (1), constant, as the paper's Eq. 5 writes it;
+* a second term there, generative_beta·0.98^t (10 for MNIST, l. 60 of model_config.py) times
+  the KL between the local model's outputs on the real batch and the head's softmax on
+  generated latents of the same labels (userpFedGen.py l. 53–58); none here (not in Eq. 5);
+* generated labels: drawn uniformly over the labels present, on the client (userpFedGen.py
+  l. 60) and on the server (serverpFedGen.py l. 131); here ∝ the label counts (the p̂(y) of the
+  paper's objective);
+* the generator's Adam has weight decay 1e-2 and an ExponentialLR of 0.98 per round
+  (serverpFedGen.py l. 42–47, 182); here no weight decay and a constant lr;
+* the noise: `torch.rand`, uniform on [0, 1), though commented "Gaussian" (generator.py l. 63);
+  here ε ~ N(0, I);
+* the server objective: there the count-weighted sum of each head's cross-entropy,
+  Σ_k mean(α_{k,y}·CE(h_k(G(y, ε)), y)) (serverpFedGen.py l. 143–154); here the cross-entropy of
+  the count-weighted sum of the heads' logits (the ensemble's prediction).
+Round 0 is plain FedAvg (no generator has been trained yet).
 """
 
 from collections.abc import Iterable, Iterator, Mapping

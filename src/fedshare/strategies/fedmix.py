@@ -1,27 +1,30 @@
-"""FedMix: local training on inputs mixed with globally shared mini-batch means (MAFL).
+"""FedMix: local training on inputs mixed with globally shared means (Yoon et al., ICLR 2021,
+"FedMix: Approximation of Mix-up under Mean Augmented Federated Learning", MAFL).
 
-Round 0: every client uploads ⌊|D_k|/M⌋ means of M consecutive samples of one shuffled pass of
-its (prepared, normalised) inputs, with the means of their one-hot labels (M = `mean_size`,
-10 in FLea's code); the server sends all the means to every client once. Each local step draws
-a local batch (x, y) and a batch of means (x̄, ȳ), cuts both to the shorter length and
-minimises, by `form`:
+Round 0: every client uploads ⌊|D_k|/M⌋ means of M samples of one shuffled pass of its
+(prepared, normalised) inputs, with the means of their one-hot labels (M = `mean_size` = 10,
+FLea's code's value); the server sends all the means to every
+client once. Each local step draws a local batch (x, y) and a batch of means (x̄, ȳ), cuts both
+to the shorter length and minimises, by `form`:
 
-* `code` — FLea's code (`CE_MCE`; FLea's App. C.3), what FLea's Table 1 measures:
-  one λ ~ Beta(a, a) per batch (`beta_per_sample`: per sample), soft-label cross-entropy on
-  x̃ = λx + (1 − λ)x̄ with ỹ = λe_y + (1 − λ)ȳ, + `local_ce_weight` · CE(f(x), y). The code
-  computes that local CE but back-propagates the mixed term only (`local_ce_weight=0`); the
-  default 1 keeps FedMix above FedAvg under fedshare's FMNIST defaults, where the mixed-only
-  loss sits below chance for its first rounds (docs/flea.md, "FedMix's loss").
-* `naivemix` — Yoon et al. 2021 (FedMix), NaiveMix: fixed λ = `mix_lambda` on the mean,
-  (1 − λ)·CE(f(x̃), y) + λ·CE(f(x̃), ȳ) with x̃ = (1 − λ)x + λx̄.
-* `fedmix` — Yoon et al. 2021, FedMix's first-order approximation of global mix-up around the
-  scaled local input x_s = (1 − λ)x: (1 − λ)·CE(f(x_s), y) + λ·CE(f(x_s), ȳ)
-  + λ·⟨∂CE(f(x_s), y)/∂x_s, x̄⟩ (per sample, averaged over the batch). The local term
-  (1 − λ)·CE is what the `code` form lacks.
+* `fedmix` (default) — Yoon et al.'s FedMix, the first-order approximation of global mix-up,
+  around the scaled local input x_s = (1 − λ)x: (1 − λ)·CE(f(x_s), y) + λ·CE(f(x_s), ȳ)
+  + λ·⟨∂CE(f(x_s), y)/∂x_s, x̄⟩ (per sample, averaged over the batch), λ = `mix_lambda` = 0.05
+  (their CIFAR-10 value for FedMix).
+* `naivemix` — Yoon et al.'s NaiveMix: fixed λ on the mean, (1 − λ)·CE(f(x̃), y) + λ·CE(f(x̃), ȳ)
+  with x̃ = (1 − λ)x + λx̄ (their CIFAR-10 value for NaiveMix: λ = 0.1).
+* `code` — FLea's code (`CE_MCE`), what FLea's Table 1 measures (its preset names `form=code`,
+  `mean_size=10`): one λ ~ Beta(a, a) per batch (`beta_per_sample`: per sample; a = 2 in that
+  code), soft-label cross-entropy on x̃ = λx + (1 − λ)x̄ with ỹ = λe_y + (1 − λ)ȳ, +
+  `local_ce_weight` · CE(f(x), y). The code computes that local CE but back-propagates the mixed
+  term only: `local_ce_weight=0`, the default; 1 is a variant that keeps FedMix above FedAvg under
+  fedshare's FMNIST defaults (docs/flea.md, "FedMix's loss").
 
-Aggregation is FedAvg. Differences from FedMix's paper: its clients average all their samples
-(`mean_size` = |D_k|; here FLea's 10) and pair each local batch with one mean; here each local
-sample gets its own mean from the pool.
+Aggregation is FedAvg. Differences from FedMix's paper: its clients share the mean of their
+local data, here means of M = 10 samples (a documented rule, FLea's code's M: a mean of a whole
+client's data is not offered because the shared items' dCor and the context attack pair each
+mean with its M source inputs, which needs one M across clients of different sizes); it pairs
+each local batch with one mean, here each local sample gets its own mean from the pool.
 """
 
 from collections.abc import Iterator
@@ -85,10 +88,10 @@ def fedmix_loss(
 class FedMix(MeanSharing):
     """Mix-up of local inputs with globally shared mini-batch means (inputs and labels)."""
 
-    form: str = "code"
+    form: str = "fedmix"
     beta_a: float = 2.0
     beta_per_sample: bool = False
-    local_ce_weight: float = 1.0
+    local_ce_weight: float = 0.0
     mix_lambda: float = 0.05
     """λ of `naivemix` / `fedmix` (FedMix's CIFAR-10 values: 0.1 NaiveMix, 0.05 FedMix)."""
 

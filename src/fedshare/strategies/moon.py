@@ -7,21 +7,23 @@ Local loss: CE + μ·ℓ_con with, for each sample's representation z,
 sim = cosine similarity; z_glob comes from the received global model (frozen) and z_prev from
 the client's own local model of its previous participation (frozen), kept as a flat vector in
 `client.state["prev"]` (stored off-device by the engine and checkpointed; updated only when the
-client participates, rebafl.md §7 item 18). Before a client's first participation its previous
+client participates). Before a client's first participation its previous
 model is its untrained local network, as in MOON's code, whose pool of previous models holds
-every party's network, trained or not: here every client starts from the run's initial model
-(MOON's `is_same_initial`), so a client that first takes part in round t > 0 contrasts against
-that initial network, and ℓ_con has a gradient. In round 0 the global model is the initial
+every party's network, trained or not. MOON's code builds each party's network separately
+(`init_nets`), so there that network is the party's own random initialisation; here every client
+starts from the run's initial model (fedshare's choice: one initial network for all, as the
+global model's), so a client that first takes part in round t > 0 contrasts against that initial
+network, and ℓ_con has a gradient. In round 0 the global model is the initial
 one, z_prev = z_glob, and ℓ_con is the constant log 2 with zero gradient (MOON's code: its
 empty pool gives round 0 no negative and no contrastive gradient).
 
 Representation z: with `projection_dim=0` (default) the penultimate features `features(x)` (the
-head's input; fedaa.md §5 recommends F's output). With `projection_dim=p > 0` a projection MLP
+head's input, FedAA's extractor output F). With `projection_dim=p > 0` a projection MLP
 (Linear d→d, ReLU, Linear d→p, MOON's code) maps the features to z. The projection head is
 trained and averaged with the model (its weights travel in the same flat weight vector and are
 checkpointed) but, unlike MOON's code, the classifier stays on the features, so the evaluated
 model is the dataset's model unchanged. Defaults: μ = 1, τ = 0.5 (MOON's published settings;
-rebafl.md §5 uses μ = 1, τ = 0.5; fedaa.md §5: μ = 5 for CIFAR-10, 1 for CIFAR-100).
+FedAA's tables use μ = 5 for CIFAR-10 and 1 for CIFAR-100, set in its presets).
 μ = 0 gives FedAvg exactly.
 """
 
