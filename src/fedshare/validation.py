@@ -8,11 +8,12 @@ one starts (`fedshare.preflight`); the engine runs the typed part for every simu
 """
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Mapping
 from typing import Any
 
-from fedshare.config import DataOptions, RunConfig, SimulationConfig
+from fedshare.config import DataOptions, RunConfig, SimulationConfig, TrainConfig
 from fedshare.errors import FedshareError
 from fedshare.params import type_ok
 from fedshare.rules import RULE, Rule
@@ -43,6 +44,8 @@ def typed_fields(cls: type, prefix: str = "") -> dict[str, tuple[Any, Rule]]:
 
 
 def type_name(hint: Any) -> str:
+    if hint is bool:
+        return "bool (true or false)"
     return getattr(hint, "__name__", str(hint).replace("typing.", ""))
 
 
@@ -55,6 +58,30 @@ def value_problem(key: str, value: Any, hint: Any, rule: Rule) -> str | None:
     if not rule.accepts(value):
         return f"{key}={value!r} is not valid: it must be {rule.describe()}"
     return None
+
+
+@functools.cache
+def command_line_fields() -> dict[str, tuple[Any, Rule]]:
+    """The typed keys of a command line, each with the type and rule of the value a run uses:
+    `train.*` as `TrainConfig` types them (None there means "not set", which a command line
+    says by leaving the key out)."""
+    return {**typed_fields(RunConfig), **typed_fields(TrainConfig, "train.")}
+
+
+def command_line_problem(key: str, value: Any) -> str | None:
+    """The sentence for a typed `key=value` as the command line gives it (before Hydra turns
+    `train.amp=3` into true), or None if it is valid or `key` is not a typed key."""
+    typed = command_line_fields().get(key)
+    if typed is None:
+        return None
+    hint, rule = typed
+    problem = value_problem(key, value, hint, rule)
+    if problem and value is None:
+        return (
+            f"{key}=null is not valid: it must be {rule.describe()}; leave {key} out for its "
+            f"default"
+        )
+    return problem
 
 
 def check_key(cls: type, key: str, value: Any) -> None:
@@ -124,6 +151,10 @@ def check_groups(values: Mapping[str, Any]) -> None:
     name = str(data["name"])
     own = {k: v for k, v in data.items() if k not in COMMON_KEYS}
     check_params(DATASETS.get(name), own, "dataset", name, skip=1)
+    if data.get("features"):
+        from fedshare.data.features import backbone_options
+
+        backbone_options(str(data["features"]), data.get("features_options"))
     partition = {k: v for k, v in values["partition"].items() if k not in ("name", "seed")}
     name = str(values["partition"]["name"])
     check_params(PARTITIONERS.get(name), partition, "partition", name, skip=3)

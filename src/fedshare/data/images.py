@@ -276,10 +276,17 @@ def load_cifar10(
         base = download_root(request.root)
     if base is None:
         how = "get CIFAR-10's python version from https://www.cs.toronto.edu/~kriz/cifar.html"
-        if find_files(request.root, [f"{SAMPLE_DIR}/train.npz", f"{SAMPLE_DIR}/test.npz"]):
-            how += " (the 4,000 / 1,000-image sample there is data=cifar10_sample)"
+        sample = find_files(request.root, [f"{SAMPLE_DIR}/train.npz", f"{SAMPLE_DIR}/test.npz"])
+        if sample is not None:
+            how = (
+                f"{sample / SAMPLE_DIR} holds only the 4,000 / 1,000-image sample, which loads as "
+                f"data=cifar10_sample; for the full set {how}"
+            )
         else:
-            how += " (or use data=cifar10_sample, the 4,000 / 1,000-image sample)"
+            how += (
+                " (a 4,000 / 1,000-image sample of it, in <root>/cifar10_sample, loads as "
+                "data=cifar10_sample)"
+            )
         raise missing_data_error("cifar10", request.root, relative, how)
     if source == "npz":
         assert npz_dir is not None
