@@ -1,5 +1,5 @@
 """The command line's check before Hydra starts: every run it would start (each member of a
-sweep) is composed and its values checked (`fedshare.validation`), so that a bad value is one
+sweep) is composed and its values checked (`fedshare.config.validation`), so that a bad value is one
 sentence with exit code 2 before any folder exists or any member runs."""
 
 import dataclasses
@@ -15,9 +15,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedshare.config import RunConfig
+from fedshare.config.schema import RunConfig
+from fedshare.config.validation import GROUP_KEYS, check_run
 from fedshare.errors import FedshareError, unknown_key_message
-from fedshare.validation import GROUP_KEYS, check_run
 
 FLAGS_WITH_VALUE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd")
 RUN_DIR_KEYS = ("run_dir", "hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
@@ -108,10 +108,10 @@ def fields_of_run() -> list[str]:
 
 def group_key_error(group: str, node: Any, key: str) -> FedshareError:
     """`strategy.scal`: an unknown parameter of the chosen strategy (dataset, partition, model)."""
+    from fedshare.config.params import accepted_params, unknown_param_message
     from fedshare.data.datasets import COMMON_KEYS, DATASETS
     from fedshare.data.partition import PARTITIONERS
     from fedshare.models.base import MODELS
-    from fedshare.params import accepted_params, unknown_param_message
     from fedshare.strategies.base import STRATEGIES
 
     name = str(node.get("name")) if node is not None else "?"

@@ -10,7 +10,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedshare.config import RunConfig
+from fedshare.config.schema import RunConfig
 from fedshare.errors import FedshareError, choices_message, unknown_key_message
 
 GROUPS = ("strategy", "data", "partition", "model", "experiment")
