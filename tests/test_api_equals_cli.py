@@ -1,5 +1,5 @@
 """`fedshare.simulate` resolves what `python -m fedshare.run` resolves (one code path,
-`fedshare.assemble`): the same settings give the same summary.json, the layered defaults
+`fedshare.config.assemble`): the same settings give the same summary.json, the layered defaults
 (strategy > dataset > global) included."""
 
 import json
@@ -10,8 +10,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 import fedshare
+from fedshare.config.defaults import resolve_train
 from fedshare.data import federate, load_dataset
-from fedshare.defaults import resolve_train
 from fedshare.run import config_dir
 from fedshare.strategies.base import STRATEGIES
 

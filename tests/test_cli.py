@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from fedshare.config.compose import check_command_line, compose_member, override_args
+from fedshare.config.overrides import check_overrides
 from fedshare.errors import FedshareError
-from fedshare.overrides import check_overrides
-from fedshare.preflight import check_command_line, compose_member, override_args
 from fedshare.results.rundir import METRIC_KEYS, SUMMARY_KEYS, read_metrics
 from fedshare.run import build_simulation, config_dir, execute
 from helpers import snapshot, without_wall_time

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from fedshare import simulate
-from fedshare.api import init_model
 from fedshare.config import TrainConfig
+from fedshare.config.api import init_model
 from fedshare.data import federate
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import keep_classes

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from fedshare import simulate
-from fedshare.api import init_model
+from fedshare.config.api import init_model
 from fedshare.engine.flat import FlatState
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError

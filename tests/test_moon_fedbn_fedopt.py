@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from fedshare import simulate
-from fedshare.api import init_model
 from fedshare.config import TrainConfig
+from fedshare.config.api import init_model
 from fedshare.engine.client import Client
 from fedshare.strategies import MOON, FedAdam, FedAvg, FedBN, FedProx, FedYogi
 from fedshare.strategies.base import SetupContext, Update

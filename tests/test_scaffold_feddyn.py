@@ -11,9 +11,9 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from fedshare import simulate
-from fedshare.api import init_model
 from fedshare.config import SimulationConfig
-from fedshare.defaults import DATASET_TRAIN, resolve_train
+from fedshare.config.api import init_model
+from fedshare.config.defaults import DATASET_TRAIN, resolve_train
 from fedshare.errors import FedshareError
 from fedshare.paper.compare import entries, method_overrides
 from fedshare.run import config_dir, group_params

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from fedshare.params import params_of
+from fedshare.config.params import params_of
 from fedshare.strategies import STRATEGIES
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "strategy"

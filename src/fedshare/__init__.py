@@ -24,7 +24,7 @@ _LAZY = {
     "Simulation": "fedshare.engine.simulation",
     "FedshareError": "fedshare.errors",
     "load_model": "fedshare.results.model_file",
-    "simulate": "fedshare.api",
+    "simulate": "fedshare.config.api",
 }
 
 __all__ = [
@@ -44,7 +44,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from fedshare.api import simulate
     from fedshare.config import (
         CheckpointConfig,
         ClientsConfig,
@@ -52,6 +51,7 @@ if TYPE_CHECKING:
         SimulationConfig,
         TrainConfig,
     )
+    from fedshare.config.api import simulate
     from fedshare.data import FederatedData, federate, load_dataset
     from fedshare.engine.simulation import RunResult, Simulation
     from fedshare.errors import FedshareError

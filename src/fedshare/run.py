@@ -20,9 +20,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from fedshare.config import RunConfig
+from fedshare.config.compose import check_command_line
+from fedshare.config.overrides import check_overrides
 from fedshare.errors import FedshareError, RankFailure, error_sentence
-from fedshare.overrides import check_overrides
-from fedshare.preflight import check_command_line
 from fedshare.results.rundir import LOCK_FILE, MARKER
 from fedshare.sweep import SOME_MEMBERS_FAILED, SweepOutcome, record_failure
 
@@ -61,7 +61,7 @@ def group_params(node: Any) -> tuple[str, dict[str, Any]]:
 
 def simulation_settings(run: RunConfig) -> dict[str, Any]:
     """Every `SimulationConfig` key as the run set it, except `rounds` and `train`, which
-    `fedshare.assemble` resolves from the layered defaults."""
+    `fedshare.config.assemble` resolves from the layered defaults."""
     from dataclasses import fields
 
     from fedshare.config import SimulationConfig
@@ -80,12 +80,12 @@ def build_simulation(
     group: "RankGroup | None" = None,
 ) -> "Simulation":
     """Every object of the run, checked, with nothing written yet: the strategy (its
-    parameters), the data and the partition, then `fedshare.assemble` (the path
+    parameters), the data and the partition, then `fedshare.config.assemble` (the path
     `fedshare.simulate` takes too) for the model and the layered defaults (`group`: this
     process's place in a run across several)."""
     from dataclasses import asdict
 
-    from fedshare.assemble import assemble
+    from fedshare.config.assemble import assemble
     from fedshare.data import federate, load_dataset
     from fedshare.engine.distributed import local_device
     from fedshare.engine.loggers import make_loggers

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedshare.config.params import check_params
 from fedshare.data.cache import Payload, cached, dataset_from_payload
 from fedshare.data.dataset import Augmentation, Dataset
 from fedshare.data.files import corrupt_file, read_bytes
 from fedshare.data.sources import download_root, downloading, find_files, missing_data_error
 from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
-from fedshare.params import check_params
 from fedshare.registry import Registry
 
 

@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.params import check_params
 from fedshare.data.cache import cached
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import LoadRequest
 from fedshare.errors import FedshareError
-from fedshare.params import check_params
 from fedshare.registry import Registry
 
 log = logging.getLogger(__name__)

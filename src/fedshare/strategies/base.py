@@ -16,13 +16,13 @@ import torch
 from torch import nn
 
 from fedshare.config import SimulationConfig
+from fedshare.config.params import check_params
 from fedshare.data.federated import FederatedData
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
 from fedshare.engine.client_side import ClientSetup
 from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Message, Update
-from fedshare.params import check_params
 from fedshare.registry import Registry
 
 
@@ -97,7 +97,7 @@ class Strategy:
     (`Phase.in_order`)."""
     train_defaults: ClassVar[Mapping[str, Any]] = {}
     """Training settings of the method's paper (`train.*` keys); they apply to the keys that
-    neither the command line nor a preset sets (`fedshare.defaults`)."""
+    neither the command line nor a preset sets (`fedshare.config.defaults`)."""
 
     def setup(self, ctx: SetupContext) -> None:
         """The server side, before round 0."""

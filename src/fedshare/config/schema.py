@@ -1,14 +1,14 @@
 """Typed run settings, shared by the Hydra command line and `fedshare.simulate`.
 
 The dataclasses double as Hydra structured-config schemas, so a wrong key or type in an
-override is rejected before anything runs; each field's `Rule` (`fedshare.rules`) says which
-values it accepts, checked by `fedshare.validation`.
+override is rejected before anything runs; each field's `Rule` (`fedshare.config.rules`) says which
+values it accepts, checked by `fedshare.config.validation`.
 """
 
 from dataclasses import dataclass, field, fields, make_dataclass, replace
 from typing import Any
 
-from fedshare.rules import (
+from fedshare.config.rules import (
     ANY,
     COUNT,
     LEARNING_RATE,
@@ -179,13 +179,13 @@ class RunConfig(SimulationConfig):
 
     `rounds` and the `train` keys are None unless a preset or the command line sets them; the
     run fills them from the strategy, then the dataset, then the global defaults
-    (`fedshare.defaults`).
+    (`fedshare.config.defaults`).
     """
 
     rounds: int | None = ruled(None, Rule(low=1, optional=True))  # type: ignore[assignment]
     train: TrainSettings = field(default_factory=TrainSettings)  # type: ignore[valid-type]
     strategy: Any = ruled(None, ANY)
-    """The config groups check their own keys (`fedshare.validation.check_groups`)."""
+    """The config groups check their own keys (`fedshare.config.validation.check_groups`)."""
     data: Any = ruled(None, ANY)
     partition: Any = ruled(None, ANY)
     model: Any = ruled(None, ANY)

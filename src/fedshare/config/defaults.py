@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from fedshare.config import TrainConfig
+from fedshare.config.schema import TrainConfig
 from fedshare.errors import FedshareError
 from fedshare.strategies.base import Strategy
 

@@ -3,7 +3,7 @@
 
 Both hand over the strategy, the federated data, the model (a registry name or a module) and
 the settings the user set; what they leave unset is resolved here, the same way for both:
-rounds and training settings by the layered defaults (`fedshare.defaults`: strategy > dataset
+rounds and training settings by the layered defaults (`fedshare.config.defaults`: strategy > dataset
 > global), the model `auto` by the dataset's default model, initialised from the run's seed.
 """
 
@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from fedshare.config import (
+from fedshare.config.defaults import resolve_rounds, resolve_train
+from fedshare.config.schema import (
     CheckpointConfig,
     ClientsConfig,
     EvalConfig,
     SimulationConfig,
 )
 from fedshare.data.federated import FederatedData
-from fedshare.defaults import resolve_rounds, resolve_train
 from fedshare.engine.rng import seed_global_torch
 from fedshare.models.base import build_model
 from fedshare.strategies.base import Strategy

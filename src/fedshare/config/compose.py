@@ -1,5 +1,5 @@
 """The command line's check before Hydra starts: every run it would start (each member of a
-sweep) is composed and its values checked (`fedshare.validation`), so that a bad value is one
+sweep) is composed and its values checked (`fedshare.config.validation`), so that a bad value is one
 sentence with exit code 2 before any folder exists or any member runs."""
 
 import dataclasses
@@ -15,10 +15,10 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedshare.config import RunConfig
+from fedshare.config.schema import RunConfig
+from fedshare.config.validation import GROUP_KEYS, check_run
 from fedshare.errors import FedshareError, unknown_key_message
 from fedshare.results.rundir import check_run_folder
-from fedshare.validation import GROUP_KEYS, check_run
 
 FLAGS_WITH_VALUE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd")
 RUN_DIR_KEYS = ("run_dir", "hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
@@ -130,10 +130,10 @@ GROUP_KINDS = {
 def group_parameters(group: str, name: str) -> list[str]:
     """The keys config group `group` takes with choice `name` (its factory's parameters and the
     keys every choice of the group takes); none for an unknown name."""
+    from fedshare.config.params import accepted_params
     from fedshare.data.datasets import COMMON_KEYS, DATASETS
     from fedshare.data.partition import PARTITIONERS
     from fedshare.models.base import MODELS
-    from fedshare.params import accepted_params
     from fedshare.strategies.base import STRATEGIES
 
     factory, skip, common = {
@@ -150,7 +150,7 @@ def group_parameters(group: str, name: str) -> list[str]:
 
 def run_keys_named(name: str) -> list[str]:
     """The typed run keys whose last part is `name` (`lr` -> `train.lr`)."""
-    from fedshare.validation import command_line_fields
+    from fedshare.config.validation import command_line_fields
 
     return [key for key in command_line_fields() if key.rsplit(".", 1)[-1] == name]
 
@@ -173,7 +173,7 @@ def keys_elsewhere(key: str, overrides: Sequence[str], config_root: str) -> list
 
 def group_key_error(group: str, node: Any, key: str) -> FedshareError:
     """`strategy.scal`: an unknown parameter of the chosen strategy (dataset, partition, model)."""
-    from fedshare.params import unknown_param_message
+    from fedshare.config.params import unknown_param_message
 
     name = str(node.get("name")) if node is not None else "?"
     valid = group_parameters(group, name)

@@ -1,6 +1,6 @@
-"""Value rules declared beside the typed config fields (`fedshare.config`): the one place that
-says which values a key accepts. `fedshare.validation` checks a whole config against them, and
-the tests draw bad values from them, so a new key cannot be left unchecked."""
+"""Value rules declared beside the typed config fields (`fedshare.config.schema`): the one
+place that says which values a key accepts. `fedshare.config.validation` checks a whole config
+against them, and the tests draw bad values from them, so a new key cannot be left unchecked."""
 
 import math
 from dataclasses import dataclass, field

@@ -10,10 +10,10 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedshare.config import RunConfig
+from fedshare.config.compose import keys_elsewhere
+from fedshare.config.schema import RunConfig
+from fedshare.config.validation import command_line_problem
 from fedshare.errors import FedshareError, choices_message, unknown_key_message
-from fedshare.preflight import keys_elsewhere
-from fedshare.validation import command_line_problem
 
 GROUPS = ("strategy", "data", "partition", "model", "experiment")
 

@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from fedshare.assemble import assemble, init_model
-from fedshare.config import CheckpointConfig, ClientsConfig, EvalConfig, TrainConfig
+from fedshare.config.assemble import assemble, init_model
+from fedshare.config.schema import CheckpointConfig, ClientsConfig, EvalConfig, TrainConfig
 from fedshare.data.federated import FederatedData
 from fedshare.engine.simulation import RoundCallback, RunResult
 from fedshare.errors import FedshareError
@@ -70,17 +70,17 @@ def simulate(
     callbacks: list[RoundCallback] | None = None,
 ) -> RunResult:
     """Run `strategy` on federated `data` with `model` for `rounds` rounds, resolved exactly
-    as the command line resolves them (`fedshare.assemble`, one code path).
+    as the command line resolves them (`fedshare.config.assemble`, one code path).
 
     `strategy` and `model` may be registry names (with `strategy_params` / `model_params`, the
     keys of `configs/strategy/<name>.yaml` / `configs/model/<name>.yaml`); a named model is
     initialised from `seed`, `auto` is the dataset's default model. What is left unset comes
-    from the layered defaults (`fedshare.defaults`: strategy > dataset > global): `rounds=None`
-    is 1 for a one-shot strategy, else 20; the `train` keys not given (a mapping may give some)
-    are the strategy's, then the dataset's, then `TrainConfig`'s; a `TrainConfig` instance sets
-    every key. With `run_dir`, the run directory files are written there: a folder that holds
-    a run is refused unless `overwrite=True`, and `resume=True` continues from its checkpoint.
-    Returns a `RunResult` with the history and summary.
+    from the layered defaults (`fedshare.config.defaults`: strategy > dataset > global):
+    `rounds=None` is 1 for a one-shot strategy, else 20; the `train` keys not given (a mapping
+    may give some) are the strategy's, then the dataset's, then `TrainConfig`'s; a
+    `TrainConfig` instance sets every key. With `run_dir`, the run directory files are written
+    there: a folder that holds a run is refused unless `overwrite=True`, and `resume=True`
+    continues from its checkpoint. Returns a `RunResult` with the history and summary.
     """
     if isinstance(strategy, str):
         strategy = make_strategy(strategy, strategy_params)

@@ -4,7 +4,7 @@ Every typed key is checked against its type and its `Rule` (declared beside the 
 `fedshare.config`); the config groups check their own keys: the strategy is built (its
 dataclass checks itself), and the dataset's, partition's and model's keys are bound to their
 factories' parameters. The command line runs this for every member of a sweep before the first
-one starts (`fedshare.preflight`); the engine runs the typed part for every simulation.
+one starts (`fedshare.config.compose`); the engine runs the typed part for every simulation.
 """
 
 import dataclasses
@@ -13,10 +13,10 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from fedshare.config import DataOptions, RunConfig, SimulationConfig, TrainConfig
+from fedshare.config.params import type_ok
+from fedshare.config.rules import RULE, Rule
+from fedshare.config.schema import DataOptions, RunConfig, SimulationConfig, TrainConfig
 from fedshare.errors import FedshareError
-from fedshare.params import type_ok
-from fedshare.rules import RULE, Rule
 
 SLOW_SCHEDULES = ("exp", "step")
 """Schedules that multiply the learning rate by `lr_decay`: a factor of 0 would stop training."""
@@ -26,7 +26,9 @@ def rule_of(field: dataclasses.Field) -> Rule:
     """The `Rule` declared for `field`; a field without one is a programming error."""
     rule = field.metadata.get(RULE)
     if rule is None:
-        raise TypeError(f"config field {field.name!r} declares no Rule (fedshare.rules.ruled)")
+        raise TypeError(
+            f"config field {field.name!r} declares no Rule (fedshare.config.rules.ruled)"
+        )
     return rule
 
 
@@ -132,10 +134,10 @@ def check_simulation_config(config: SimulationConfig) -> None:
 
 def check_groups(values: Mapping[str, Any]) -> None:
     """The four config groups' keys against their factories, without loading anything."""
+    from fedshare.config.params import check_params
     from fedshare.data.datasets import COMMON_KEYS, DATASETS
     from fedshare.data.partition import PARTITIONERS
     from fedshare.models.base import MODELS
-    from fedshare.params import check_params
     from fedshare.strategies import make_strategy
 
     for group in ("strategy", "data", "partition", "model"):
