@@ -23,6 +23,7 @@ from fedshare.config import RunConfig
 from fedshare.config.compose import check_command_line
 from fedshare.config.overrides import check_overrides
 from fedshare.errors import FedshareError, RankFailure, error_sentence
+from fedshare.results.labels import partition_label
 from fedshare.results.rundir import LOCK_FILE, MARKER
 from fedshare.sweep import SOME_MEMBERS_FAILED, SweepOutcome, record_failure
 
@@ -48,6 +49,25 @@ ConfigStore.instance().store(name="fedshare_schema", node=RunConfig)
 # A per-process token in default run folder names: two runs started in the same second get
 # different folders (the run folder's lock refuses a second writer in any case).
 OmegaConf.register_new_resolver("fedshare.token", lambda: secrets.token_hex(3), use_cache=True)
+
+
+def run_partition_label(partition: Any) -> str:
+    """The partition's name in the run line, the run folder and `summary.json`: its config
+    choice with the command line's changes to its parameters (`fedshare.results.labels`)."""
+    hydra_cfg = HydraConfig.get()
+    choice = str(hydra_cfg.runtime.choices.get("partition"))
+    file = config_dir() / "partition" / f"{choice}.yaml"
+    preset = OmegaConf.to_container(OmegaConf.load(file)) if file.exists() else {}
+    values = OmegaConf.to_container(partition, resolve=True)
+    return partition_label(choice, values, preset, hydra_cfg.overrides.task)  # type: ignore[arg-type]
+
+
+def partition_resolver(_root_: DictConfig) -> str:
+    """`${fedshare.partition:}` in the default run folder (configs/config.yaml)."""
+    return run_partition_label(_root_.partition)
+
+
+OmegaConf.register_new_resolver("fedshare.partition", partition_resolver)
 
 
 def group_params(node: Any) -> tuple[str, dict[str, Any]]:
@@ -192,6 +212,7 @@ def _main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if isinstance(v, str)}
+    choices["partition"] = run_partition_label(cfg.partition)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         overrides = [*hydra_cfg.overrides.task, *hydra_cfg.overrides.hydra]

@@ -16,7 +16,7 @@ from typing import Any
 from fedshare.config.params import type_ok
 from fedshare.config.rules import RULE, Rule
 from fedshare.config.schema import DataOptions, RunConfig, SimulationConfig, TrainConfig
-from fedshare.errors import FedshareError
+from fedshare.errors import FedshareError, did_you_mean
 
 SLOW_SCHEDULES = ("exp", "step")
 """Schedules that multiply the learning rate by `lr_decay`: a factor of 0 would stop training."""
@@ -58,8 +58,19 @@ def value_problem(key: str, value: Any, hint: Any, rule: Rule) -> str | None:
     if not type_ok(value, hint):
         return f"{key}={value!r} is not valid: it must be of type {type_name(hint)}"
     if not rule.accepts(value):
-        return f"{key}={value!r} is not valid: it must be {rule.describe()}"
+        return (
+            f"{key}={value!r} is not valid{close_choice(value, rule)}: it must be {rule.describe()}"
+        )
     return None
+
+
+def close_choice(value: Any, rule: Rule) -> str:
+    """ " (did you mean 'x'?)" for a misspelt choice (or a list's first), else "" ."""
+    names = [
+        v for v in (value if isinstance(value, list | tuple) else [value]) if isinstance(v, str)
+    ]
+    unknown = [v for v in names if v not in (rule.choices or ())]
+    return did_you_mean(unknown[0], rule.choices) if unknown and rule.choices else ""
 
 
 @functools.cache
