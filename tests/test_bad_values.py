@@ -181,11 +181,15 @@ def test_overwrite_replaces_a_run_and_takes_an_empty_folder(tmp_path):
     assert not (run / "summary.json").exists()
 
 
-def test_the_python_api_refuses_overwrite_into_a_foreign_folder(tmp_path):
+def test_a_new_run_clears_nothing_and_an_overwrite_only_a_runs_files(tmp_path):
+    """`clear` (a new run, or `overwrite`) deletes nothing where no run wrote, and refuses
+    run-named files in a folder without the marker, naming what is there."""
     (tmp_path / "notes.txt").write_text("mine\n")
-    with pytest.raises(FedshareError, match="holds files not written by a fedshare run"):
+    RunDirectory(tmp_path).clear()
+    (tmp_path / "summary.json").write_text("{}\n")
+    with pytest.raises(FedshareError, match=r"not written by a fedshare run \(notes.txt, summ"):
         RunDirectory(tmp_path).clear()
-    assert (tmp_path / "notes.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "summary.json"]
 
 
 def write_cifar10_sample(root: Path) -> None:

@@ -82,8 +82,10 @@ class RunDirectory:
     def clear(self) -> None:
         """Delete a previous run's files (`overwrite=true`); nothing else in the folder, and
         nothing at all unless a fedshare run wrote them (its marker is there)."""
-        check_overwrite(self.path)
-        for name in self.run_files():
+        found = self.run_files()
+        if found:
+            check_overwrite(self.path)
+        for name in found:
             (self.path / name).unlink()
 
     def mark(self) -> None:
