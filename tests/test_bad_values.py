@@ -155,6 +155,7 @@ def test_run_dir_on_a_read_only_file_system_is_refused(tmp_path, monkeypatch):
     assert f"run_dir={tmp_path}/new/run cannot be created" in sentence
     assert "Read-only file system" in sentence
     assert not (tmp_path / "new").exists()
+    assert f"run_dir={tmp_path} cannot be written" in refusal([f"run_dir={tmp_path}"])
 
 
 def test_overwrite_into_a_folder_that_holds_no_run_is_refused(tmp_path, monkeypatch):

@@ -159,7 +159,7 @@ def keys_elsewhere(key: str, overrides: Sequence[str], config_root: str) -> list
     """Where a key of `key`'s name is valid besides where it was set: a typed run key, or a
     parameter of the strategy, dataset, partition or model the command line chooses."""
     name = key.lstrip("+~").rsplit(".", 1)[-1]
-    found = [k for k in run_keys_named(name) if k != key]
+    found = run_keys_named(name)
     try:
         cfg = composed(config_root, tuple(o for o in overrides if composes(o)))
     except (FedshareError, HydraException, ValueError):

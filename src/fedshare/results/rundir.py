@@ -191,8 +191,9 @@ def check_can_create(folder: Path) -> None:
     try:
         Path(tempfile.mkdtemp(dir=ancestor, prefix=".fedshare-")).rmdir()
     except OSError as err:
+        what = "cannot be written" if ancestor == folder else "cannot be created"
         raise FedshareError(
-            f"run_dir={folder} cannot be created: {ancestor} refuses a new folder "
+            f"run_dir={folder} {what}: {ancestor} refuses a new folder "
             f"({err.strerror or type(err).__name__}); choose a folder you can write to"
         ) from None
 
