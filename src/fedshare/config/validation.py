@@ -82,19 +82,22 @@ def command_line_fields() -> dict[str, tuple[Any, Rule]]:
 
 
 def command_line_problem(key: str, value: Any) -> str | None:
-    """The sentence for a typed `key=value` as the command line gives it (before Hydra turns
-    `train.amp=3` into true), or None if it is valid or `key` is not a typed key."""
+    """What composing would hide of a typed `key=value` as the command line gives it: a switch
+    given a number (Hydra turns `train.amp=3` into true) or null where the run needs a value
+    (null `train.*` keys would fall back to their defaults). None if neither; the composed
+    value is checked against its rule afterwards (`check_run`)."""
     typed = command_line_fields().get(key)
     if typed is None:
         return None
     hint, rule = typed
-    problem = value_problem(key, value, hint, rule)
-    if problem and value is None:
+    if value is None and not (rule.optional or type_ok(None, hint)):
         return (
             f"{key}=null is not valid: it must be {rule.describe()}; leave {key} out for its "
             f"default"
         )
-    return problem
+    if hint is bool and not isinstance(value, bool) and value is not None:
+        return f"{key}={value!r} is not valid: it must be of type {type_name(bool)}"
+    return None
 
 
 def check_key(cls: type, key: str, value: Any) -> None:
