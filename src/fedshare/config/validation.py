@@ -181,8 +181,11 @@ def check_groups(values: Mapping[str, Any]) -> None:
 
 
 def check_run(values: Mapping[str, Any]) -> None:
-    """A whole command-line run's resolved values (`RunConfig` with its groups)."""
-    check_typed(RunConfig, {k: v for k, v in values.items() if k not in GROUP_KEYS})
+    """A whole command-line run's resolved values (`RunConfig` with its groups); the `train`
+    keys a preset or the command line set, as `TrainConfig` types them (null = unset)."""
+    check_typed(RunConfig, {k: v for k, v in values.items() if k not in (*GROUP_KEYS, "train")})
+    train = {k: v for k, v in (values.get("train") or {}).items() if v is not None}
+    check_typed(TrainConfig, train, "train.")
     check_combinations(values)
     check_groups(values)
 
