@@ -325,7 +325,7 @@ def test_oneshot_average_weightings():
 @pytest.mark.parametrize(
     ("strategy", "params", "match"),
     [
-        ("fedpft", {"covariance": "tied"}, "covariance type"),
+        ("fedpft", {"covariance": "tied"}, "strategy.covariance"),
         ("fedpft", {"small_class_policy": "keep"}, "small_class_policy"),
         ("fedpft", {"dp": True, "n_components": 3}, "n_components=1"),
         ("dp_fedpft", {"dp_epsilon": -1.0}, "epsilon"),

@@ -393,7 +393,7 @@ def test_fedprox_batched_rows_take_their_own_plain_norm():
 
 
 def test_fedprox_rejects_an_unknown_norm():
-    with pytest.raises(Exception, match="not a FedProx norm"):
+    with pytest.raises(Exception, match=r"strategy\.norm=.* must be one of squared, plain"):
         FedProx(norm="l1")
 
 

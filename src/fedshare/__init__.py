@@ -21,7 +21,6 @@ _LAZY = {
     "federate": "fedshare.data",
     "load_dataset": "fedshare.data",
     "RunResult": "fedshare.engine.simulation",
-    "Simulation": "fedshare.engine.simulation",
     "FedshareError": "fedshare.errors",
     "load_model": "fedshare.results.model_file",
     "simulate": "fedshare.config.api",
@@ -34,7 +33,6 @@ __all__ = [
     "FederatedData",
     "FedshareError",
     "RunResult",
-    "Simulation",
     "SimulationConfig",
     "TrainConfig",
     "federate",
@@ -53,7 +51,7 @@ if TYPE_CHECKING:
     )
     from fedshare.config.api import simulate
     from fedshare.data import FederatedData, federate, load_dataset
-    from fedshare.engine.simulation import RunResult, Simulation
+    from fedshare.engine.simulation import RunResult
     from fedshare.errors import FedshareError
     from fedshare.results.model_file import load_model
 

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from fedshare.config import RunConfig
 from fedshare.config.compose import check_command_line
 from fedshare.config.overrides import check_overrides
+from fedshare.config.resume import resumed_config
 from fedshare.errors import FedshareError, RankFailure, error_sentence
 from fedshare.results.labels import partition_label
 from fedshare.results.rundir import LOCK_FILE, MARKER
@@ -220,6 +221,9 @@ def _main(cfg: DictConfig) -> float | None:
             raise FedshareError(
                 "resume=true needs run_dir=<the folder of the run to resume> (or hydra.run.dir=)"
             )
+        if cfg.resume and not in_sweep:
+            cfg, label = resumed_config(cfg, hydra_cfg.overrides.task, output_dir)
+            choices["partition"] = label or str(cfg.partition.name)
         summary = execute(cfg, output_dir, choices)
     except FedshareError as err:
         if not in_sweep:

@@ -54,16 +54,16 @@ def simulate(
     model: nn.Module | str = "auto",
     rounds: int | None = None,
     *,
-    seed: int = 0,
+    seed: int | None = None,
     strategy_params: Mapping[str, Any] | None = None,
     model_params: Mapping[str, Any] | None = None,
     clients: ClientsConfig | Mapping[str, Any] | None = None,
     train: TrainConfig | Mapping[str, Any] | None = None,
     eval: EvalConfig | Mapping[str, Any] | None = None,
     checkpoint: CheckpointConfig | Mapping[str, Any] | None = None,
-    device: str = "auto",
-    memory_format: str = "auto",
-    progress: bool = False,
+    device: str | None = None,
+    memory_format: str | None = None,
+    progress: bool | None = None,
     run_dir: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
@@ -74,13 +74,14 @@ def simulate(
 
     `strategy` and `model` may be registry names (with `strategy_params` / `model_params`, the
     keys of `configs/strategy/<name>.yaml` / `configs/model/<name>.yaml`); a named model is
-    initialised from `seed`, `auto` is the dataset's default model. What is left unset comes
-    from the layered defaults (`fedshare.config.defaults`: strategy > dataset > global):
-    `rounds=None` is 1 for a one-shot strategy, else 20; the `train` keys not given (a mapping
-    may give some) are the strategy's, then the dataset's, then `TrainConfig`'s; a
-    `TrainConfig` instance sets every key. With `run_dir`, the run directory files are written
-    there: a folder that holds a run is refused unless `overwrite=True`, and `resume=True`
-    continues from its checkpoint. Returns a `RunResult` with the history and summary.
+    initialised from `seed`, `auto` is the dataset's default model. What is left unset (None)
+    has the command line's default: `rounds` and the `train` keys not given (a mapping may
+    give some) come from the layered defaults (`fedshare.config.defaults`: strategy > dataset
+    > global; `rounds` is 1 for a one-shot strategy), every other setting from
+    `SimulationConfig`'s field defaults; a `TrainConfig` instance sets every key. With
+    `run_dir`, the run directory files are written there: a folder that holds a run is
+    refused unless `overwrite=True`, and `resume=True` continues from its checkpoint. Returns
+    a `RunResult` with the history and summary.
     """
     if isinstance(strategy, str):
         strategy = make_strategy(strategy, strategy_params)

@@ -1,10 +1,11 @@
-"""One path from a run's choices to a `Simulation`, shared by the command line
+"""The one path from a run's choices to a `Simulation`, taken by the command line
 (`fedshare.run`) and the Python API (`fedshare.simulate`).
 
 Both hand over the strategy, the federated data, the model (a registry name or a module) and
-the settings the user set; what they leave unset is resolved here, the same way for both:
-rounds and training settings by the layered defaults (`fedshare.config.defaults`: strategy > dataset
-> global), the model `auto` by the dataset's default model, initialised from the run's seed.
+the settings the user set; every setting left unset (None) is resolved here, the same way for
+both: rounds and training settings by the layered defaults (`fedshare.config.defaults`:
+strategy > dataset > global), the other settings by `SimulationConfig`'s field defaults, and
+the model `auto` by the dataset's default model, initialised from the run's seed.
 """
 
 from collections.abc import Mapping
@@ -31,30 +32,52 @@ if TYPE_CHECKING:
     from fedshare.engine.simulation import RoundCallback, Simulation
 
 
+def model_name(model: str, data: FederatedData) -> str:
+    """A registered model's name, `auto` being the dataset's default model."""
+    return data.dataset.default_model if model == "auto" else model
+
+
 def init_model(
     name: str, data: FederatedData, seed: int, params: Mapping[str, Any] | None = None
 ) -> nn.Module:
-    """Build a registered model for `data` with initial weights drawn from the run's seed."""
-    if name == "auto":
-        name = data.dataset.default_model
+    """Build a registered model (or `auto`) for `data` with initial weights drawn from the
+    run's seed."""
     seed_global_torch(seed, "model_init")
-    return build_model(name, data.dataset.input_shape, data.dataset.num_classes, params)
+    dataset = data.dataset
+    return build_model(model_name(name, data), dataset.input_shape, dataset.num_classes, params)
+
+
+def resolve_config(
+    strategy: Strategy,
+    dataset: str,
+    *,
+    rounds: int | None = None,
+    train: Mapping[str, Any] | None = None,
+    **settings: Any,
+) -> SimulationConfig:
+    """The run's `SimulationConfig`: `rounds` and `train` through the layered defaults, every
+    other setting as given, or `SimulationConfig`'s default where None."""
+    return SimulationConfig(
+        rounds=resolve_rounds(rounds, strategy),
+        train=resolve_train(train or {}, strategy, dataset),
+        **{key: value for key, value in settings.items() if value is not None},
+    )
 
 
 def assemble(
     strategy: Strategy,
     data: FederatedData,
-    model: nn.Module | str,
+    model: nn.Module | str = "auto",
     *,
-    rounds: int | None,
-    seed: int,
-    train: Mapping[str, Any],
-    clients: ClientsConfig,
-    eval: EvalConfig,
-    checkpoint: CheckpointConfig,
-    device: str = "auto",
-    memory_format: str = "auto",
-    progress: bool = True,
+    rounds: int | None = None,
+    seed: int | None = None,
+    train: Mapping[str, Any] | None = None,
+    clients: ClientsConfig | None = None,
+    eval: EvalConfig | None = None,
+    checkpoint: CheckpointConfig | None = None,
+    device: str | None = None,
+    memory_format: str | None = None,
+    progress: bool | None = None,
     model_params: Mapping[str, Any] | None = None,
     partition: str | None = None,
     run_dir: str | Path | None = None,
@@ -63,41 +86,42 @@ def assemble(
     overwrite: bool = False,
     group: "RankGroup | None" = None,
 ) -> "Simulation":
-    """The run's `Simulation`, nothing written yet. `train` holds the training keys the user
-    set (a missing or None key is filled by the layered defaults); `rounds=None` likewise.
-    `partition` names the partition in the run's metadata (default: the partitioner's name);
-    `record` is the config `config.yaml` records (the command line's composed config), to
-    which the resolved model, rounds, training settings and run folder are added; `group` is
-    this process's place in a run across several (`fedshare.engine.distributed`)."""
+    """The run's `Simulation`, nothing written yet. A setting left None takes its default
+    (`resolve_config`); `train` holds the training keys the user set (a missing or None key
+    is filled by the layered defaults). `partition` names the partition in the run's metadata
+    (default: the partitioner's name); `record` is the config `config.yaml` records (the
+    command line's composed config), to which the resolved model, rounds, training settings
+    and run folder are added; `group` is this process's place in a run across several
+    (`fedshare.engine.distributed`)."""
     from fedshare.engine.simulation import Simulation
 
-    resolved_rounds = resolve_rounds(rounds, strategy)
-    resolved_train = resolve_train(train, strategy, data.dataset.name)
-    if isinstance(model, str):
-        model_name = data.dataset.default_model if model == "auto" else model
-        model = init_model(model_name, data, seed, model_params)
-    else:
-        model_name = type(model).__name__
-    config = SimulationConfig(
-        rounds=resolved_rounds,
+    config = resolve_config(
+        strategy,
+        data.dataset.name,
+        rounds=rounds,
+        train=train,
         seed=seed,
         device=device,
         memory_format=memory_format,
         progress=progress,
         clients=clients,
-        train=resolved_train,
         eval=eval,
         checkpoint=checkpoint,
     )
+    if isinstance(model, str):
+        name = model_name(model, data)
+        model = init_model(name, data, config.seed, model_params)
+    else:
+        name = type(model).__name__
     meta = {
         "strategy": strategy.name,
         "data": data.dataset.name,
         "partition": partition or data.partition.name,
-        "model": model_name,
+        "model": name,
     }
     if record is not None:
-        record = {**record, "model": {**record.get("model", {}), "name": model_name}}
-        record.update(rounds=resolved_rounds, train=asdict(resolved_train), run_dir=str(run_dir))
+        record = {**record, "model": {**record.get("model", {}), "name": name}}
+        record.update(rounds=config.rounds, train=asdict(config.train), run_dir=str(run_dir))
     sim = Simulation(
         strategy,
         data,
@@ -110,5 +134,5 @@ def assemble(
         overwrite=overwrite,
         group=group,
     )
-    sim.model_spec = (model_name, dict(model_params or {}))
+    sim.model_spec = (name, dict(model_params or {}))
     return sim

@@ -132,3 +132,15 @@ TRAINING_FACTOR = Rule(low=0, high=FLOAT32_MAX, high_open=True)
 arithmetic can hold."""
 LEARNING_RATE = Rule(low=0, low_open=True, high=FLOAT32_MAX, high_open=True)
 PROBABILITY = Rule(low=0, high=1, low_open=True)
+FRACTION = Rule(low=0, high=1)
+"""A share or a mixing weight in [0, 1]."""
+EPOCHS = Rule(low=0, high=10_000)
+"""An epoch-like count: at most 10,000 passes (more would run for days, not finish)."""
+STEPS = Rule(low=0, high=1_000_000)
+"""An optimizer's step or iteration count: at most a million."""
+WIDTH = Rule(low=1, high=65_536)
+"""A layer's width or an embedding's dimension: at most 65,536 (a wider one would not fit)."""
+SIZE = Rule(low=1, high=2**20)
+"""A batch, chunk or sample count: at most 2^20."""
+COMPONENTS = Rule(low=1, high=1_000)
+"""Mixture components per class: at most 1,000."""

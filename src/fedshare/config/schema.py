@@ -136,7 +136,8 @@ class ServerDataConfig:
 class SimulationConfig:
     """Everything the engine needs besides the strategy, the data and the model."""
 
-    rounds: int = ruled(10, COUNT)
+    rounds: int = ruled(20, COUNT)
+    """Communication rounds (the global default; a one-shot strategy runs 1)."""
     seed: int = ruled(0, Rule(low=0, high=SEED_LIMIT, high_open=True))
     device: str = ruled("auto", ANY)
     """auto, cpu, cuda or cuda:N (checked when the run picks its device)."""

@@ -119,6 +119,26 @@ def flat_values(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+@functools.cache
+def declared_fields(cls: type) -> dict[str, tuple[Any, Rule]]:
+    """{name: (type, rule)} of the init fields of dataclass `cls` that declare a rule."""
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: (hints[f.name], f.metadata[RULE])
+        for f in dataclasses.fields(cls)
+        if f.init and RULE in f.metadata
+    }
+
+
+def check_fields(obj: Any, prefix: str) -> None:
+    """Every field of dataclass instance `obj` that declares a rule (a strategy's parameters),
+    against its type and rule; the error names the key as `<prefix>.<field>`."""
+    for name, (hint, rule) in declared_fields(type(obj)).items():
+        problem = value_problem(f"{prefix}.{name}", getattr(obj, name), hint, rule)
+        if problem:
+            raise FedshareError(problem)
+
+
 def check_typed(cls: type, values: Mapping[str, Any], prefix: str = "") -> None:
     """Every key of `values` that `cls` types, against its type and rule."""
     typed = typed_fields(cls)

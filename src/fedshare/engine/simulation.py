@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from fedshare.config import MEMORY_FORMATS, SimulationConfig
-from fedshare.config.defaults import resolve_rounds
 from fedshare.config.params import params_of
 from fedshare.config.validation import check_simulation_config
 from fedshare.data.federated import FederatedData
@@ -167,7 +166,6 @@ class Simulation:
         `group`: this process's place in a run across several processes
         (`fedshare.engine.distributed`); only its rank 0 writes `run_dir`."""
         check_simulation_config(config)  # every key's type and range (fedshare.config.validation)
-        resolve_rounds(config.rounds, strategy)  # a one-shot strategy refuses rounds != 1
         if len(data.dataset.y_test) == 0:
             raise FedshareError(
                 f"the test set of {data.dataset.name} is empty: an accuracy over zero samples is "

@@ -17,6 +17,7 @@ from torch import nn
 
 from fedshare.config import SimulationConfig
 from fedshare.config.params import check_params
+from fedshare.config.validation import check_fields
 from fedshare.data.federated import FederatedData
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
@@ -98,6 +99,16 @@ class Strategy:
     train_defaults: ClassVar[Mapping[str, Any]] = {}
     """Training settings of the method's paper (`train.*` keys); they apply to the keys that
     neither the command line nor a preset sets (`fedshare.config.defaults`)."""
+
+    def __post_init__(self) -> None:
+        """Every parameter against the rule its field declares (`ruled`), then `check`: a bad
+        value is refused when the strategy is built, before a run or any sweep member starts."""
+        check_fields(self, "strategy")
+        self.check()
+
+    def check(self) -> None:
+        """Rules between parameters that no single field's rule states (none here); a
+        subclass that adds some calls `super().check()`."""
 
     def setup(self, ctx: SetupContext) -> None:
         """The server side, before round 0."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from fedshare.errors import FedshareError
+from fedshare.config.rules import NON_NEGATIVE, POSITIVE, Rule, ruled
 from fedshare.strategies.base import SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
@@ -31,21 +31,11 @@ from fedshare.strategies.fedavg import FedAvg
 class _FedOpt(FedAvg):
     """FedAvg clients, an adaptive server step (FedAdam / FedYogi set `_second_moment`)."""
 
-    eta: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
-    v0: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if self.eta <= 0:
-            raise FedshareError(f"strategy.eta={self.eta} must be > 0 (the server learning rate)")
-        for key in ("beta1", "beta2"):
-            value = getattr(self, key)
-            if not 0 <= value < 1:
-                raise FedshareError(f"strategy.{key}={value} must be in [0, 1)")
-        if self.tau < 0 or self.v0 < 0:
-            raise FedshareError(f"strategy.tau={self.tau} and v0={self.v0} must be >= 0")
+    eta: float = ruled(0.01, POSITIVE)
+    beta1: float = ruled(0.9, Rule(low=0, high=1, high_open=True))
+    beta2: float = ruled(0.99, Rule(low=0, high=1, high_open=True))
+    tau: float = ruled(1e-3, NON_NEGATIVE)
+    v0: float = ruled(1e-6, NON_NEGATIVE)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
