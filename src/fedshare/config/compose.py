@@ -110,7 +110,7 @@ def group_key_error(group: str, node: Any, key: str) -> FedshareError:
     """`strategy.scal`: an unknown parameter of the chosen strategy (dataset, partition, model)."""
     from fedshare.config.params import accepted_params, unknown_param_message
     from fedshare.data.datasets import COMMON_KEYS, DATASETS
-    from fedshare.data.partition import PARTITIONERS
+    from fedshare.data.partitioners import PARTITIONERS
     from fedshare.models.base import MODELS
     from fedshare.strategies.base import STRATEGIES
 
