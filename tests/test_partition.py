@@ -409,7 +409,7 @@ SETTINGS = {
 
 
 def test_every_partitioner_of_the_partition_modules_is_covered_here():
-    modules = {"partition", "label_skew", "pathological", "label_deficit", "shift"}
+    modules = {"partitioners", "label_skew", "pathological", "label_deficit", "shift"}
     ours = {
         name
         for name in PARTITIONERS.names()
