@@ -467,7 +467,7 @@ def test_presets_and_table_rows_compose(preset):
 
     from fedshare.config.params import check_params
     from fedshare.data.datasets import COMMON_KEYS, DATASETS
-    from fedshare.data.partition import PARTITIONERS
+    from fedshare.data.partitioners import PARTITIONERS
     from fedshare.paper.compare import load_table
     from fedshare.run import config_dir
 

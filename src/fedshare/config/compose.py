@@ -132,7 +132,7 @@ def group_parameters(group: str, name: str) -> list[str]:
     keys every choice of the group takes); none for an unknown name."""
     from fedshare.config.params import accepted_params
     from fedshare.data.datasets import COMMON_KEYS, DATASETS
-    from fedshare.data.partition import PARTITIONERS
+    from fedshare.data.partitioners import PARTITIONERS
     from fedshare.models.base import MODELS
     from fedshare.strategies.base import STRATEGIES
 

@@ -170,7 +170,7 @@ def check_groups(values: Mapping[str, Any]) -> None:
     """The four config groups' keys against their factories, without loading anything."""
     from fedshare.config.params import check_params
     from fedshare.data.datasets import COMMON_KEYS, DATASETS
-    from fedshare.data.partition import PARTITIONERS
+    from fedshare.data.partitioners import PARTITIONERS
     from fedshare.models.base import MODELS
     from fedshare.strategies import make_strategy
 
