@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from fedshare import simulate
-from fedshare.api import init_model
+from fedshare.config.api import init_model
 from fedshare.data import federate, load_dataset
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.engine.sampling import CohortSampler

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from fedshare import simulate
-from fedshare.api import init_model
+from fedshare.config.api import init_model
 from fedshare.data import federate, load_dataset
 from fedshare.functional.fooling import fool
 from fedshare.strategies import make_strategy

@@ -95,7 +95,7 @@ TRAIN = {
     "batch_size": BATCH,
     "lr": LR,
     "optimizer": "sgd",
-    "momentum": 0.0,  # explicit: fedshare's MNIST default is momentum 0.9 (fedshare.defaults)
+    "momentum": 0.0,  # explicit: fedshare's MNIST default is momentum 0.9 (config.defaults)
     "weight_decay": 0.0,
 }
 WORKLOADS: dict[str, dict[str, int]] = {
@@ -193,7 +193,7 @@ def new_model(bench: Bench) -> nn.Module:
     `init_model` seeds torch from (seed 0, "model_init") and calls
     `build_model("cnn_small", (1, 28, 28), 10, {})`, as `fedshare.simulate` does.
     """
-    from fedshare.api import init_model
+    from fedshare.config.api import init_model
 
     return init_model("cnn_small", bench.fed, seed=0).to(memory_format=torch.channels_last)
 
@@ -276,7 +276,7 @@ def reshape_serialize(model: nn.Module, cpu: bool = True) -> torch.Tensor:
 def run_fedshare(bench: Bench, switches: dict[str, Any] | None = None) -> nn.Module:
     """`fedshare.simulate(FedAvg(), ...)` with `switches` added to the train settings."""
     from fedshare import simulate
-    from fedshare.api import init_model
+    from fedshare.config.api import init_model
     from fedshare.strategies import FedAvg
 
     def after_round(sim: Any, completed: int, record: Any) -> bool:

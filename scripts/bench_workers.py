@@ -232,8 +232,8 @@ def one_process(workload: str, rounds: int, device: str, batched: int) -> dict[s
     """One rank's run (or the whole run when not launched): round walls, memory, weights.
     `device`: cpu, or cuda (rank r on GPU r mod the visible GPUs); `batched`: clients per
     vectorised step (`train.batched`, 0 = one at a time)."""
-    from fedshare.api import init_model
     from fedshare.config import ClientsConfig, EvalConfig, SimulationConfig, TrainConfig
+    from fedshare.config.api import init_model
     from fedshare.engine.distributed import RankGroup, launched, local_device
     from fedshare.engine.simulation import Simulation
     from fedshare.strategies import FedAvg

@@ -1,18 +1,26 @@
 """`fedshare.simulate` resolves what `python -m fedshare.run` resolves (one code path,
-`fedshare.assemble`): the same settings give the same summary.json, the layered defaults
+`fedshare.config.assemble`): the same settings give the same summary.json, the layered defaults
 (strategy > dataset > global) included."""
 
+import dataclasses
+import functools
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import OmegaConf
+import pytest
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
 
 import fedshare
-from fedshare.data import federate, load_dataset
-from fedshare.defaults import resolve_train
-from fedshare.run import config_dir
+from fedshare.config import SimulationConfig
+from fedshare.config.assemble import resolve_config
+from fedshare.config.compose import compose_member
+from fedshare.config.defaults import resolve_train
+from fedshare.data import Dataset, FederatedData, federate, load_dataset
+from fedshare.run import build_simulation, config_dir
 from fedshare.strategies.base import STRATEGIES
 
 CONFIGS = config_dir()
@@ -99,3 +107,96 @@ def test_simulate_fills_unset_training_keys_from_the_layered_defaults():
     assert seen[0].config.train == resolve_train({"batch_size": 16}, flea, "digits")
     assert seen[0].config.train.batch_size == 16
     assert seen[0].config.train.optimizer == flea.train_defaults["optimizer"] != "sgd"
+
+
+# ------------------------------------------------------------------ every default defined once
+class Recorded:
+    """Stands in for the engine's `Simulation`: keeps what a path hands over, runs nothing."""
+
+    def __init__(self, strategy, data, model, config, run_dir=None, meta=None, *args, **kw):
+        self.strategy, self.config, self.meta = strategy, config, meta
+
+    def run(self, resume: bool = False) -> "Recorded":
+        return self
+
+
+DATASETS = sorted(p.stem for p in (CONFIGS / "data").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def digits() -> Dataset:
+    return load_dataset({"name": "digits"})
+
+
+@functools.cache
+def composed(group: str, option: str) -> DictConfig:
+    """The command line's config with one group chosen (composed once per option)."""
+    return compose_member([f"{group}={option}", "run_dir=r"], str(CONFIGS))
+
+
+def composed_pair(strategy: str, data: str) -> DictConfig:
+    """`strategy=<strategy> data=<data>` as Hydra composes it: a strategy's file sets only its
+    group (asserted here), so the pair is the dataset's config with the strategy's group."""
+    alone, default = outside_strategy(strategy), outside_strategy("fedavg")
+    assert alone == default, f"configs/strategy/{strategy}.yaml sets keys outside its group"
+    cfg = composed("data", data).copy()
+    cfg.strategy = composed("strategy", strategy).strategy
+    return cfg
+
+
+def outside_strategy(strategy: str) -> dict:
+    values = OmegaConf.to_container(composed("strategy", strategy), resolve=False)
+    return {key: value for key, value in values.items() if key != "strategy"}
+
+
+SAMPLED = ("fedavg", "flea", "fedpft")
+"""No training defaults of their own, a paper's optimizer and schedule, a one-shot head."""
+PAIRS = [
+    pytest.param(
+        strategy,
+        data,
+        marks=() if data == "digits" or strategy in SAMPLED else pytest.mark.slow,
+    )
+    for data in DATASETS
+    for strategy in STRATEGIES.names()
+]
+"""Every strategy × dataset pair; the default tier runs every strategy on digits and every
+dataset with `SAMPLED`, the slow tier the rest."""
+
+
+@pytest.fixture
+def recorded(digits, monkeypatch) -> Callable[[str], FederatedData]:
+    """The engine's `Simulation` recorded instead of run, the model not built and the data not
+    read: `load_dataset` gives the digits' tensors under the asked name."""
+    import fedshare.config.assemble
+    import fedshare.data
+    import fedshare.engine.simulation
+
+    monkeypatch.setattr(fedshare.engine.simulation, "Simulation", Recorded)
+    monkeypatch.setattr(fedshare.config.assemble, "build_model", lambda *args: nn.Identity())
+
+    def federation(name: str) -> FederatedData:
+        fed = federate(dataclasses.replace(digits, name=name), "iid", 10, seed=0)
+        monkeypatch.setattr(fedshare.data, "load_dataset", lambda cfg, seed=0: fed.dataset)
+        monkeypatch.setattr(fedshare.data, "federate", lambda *args, **kw: fed)
+        return fed
+
+    return federation
+
+
+@pytest.mark.parametrize(("strategy", "data"), PAIRS)
+def test_every_path_resolves_the_same_settings(strategy, data, recorded):
+    """The command line and `fedshare.simulate`, with nothing set, hand the engine the same
+    rounds, training settings (optimizer, lr, ...), progress, every other setting and model;
+    and those are the layered defaults (`resolve_config`)."""
+    fed = recorded(data)
+    cli = build_simulation(composed_pair(strategy, data), Path("r"), {"partition": "iid"})
+    api = fedshare.simulate(strategy, fed)
+    assert cli.config == api.config
+    assert cli.meta["model"] == api.meta["model"] == fed.dataset.default_model
+    cls = STRATEGIES.get(strategy)
+    assert api.config == resolve_config(cls(), data)
+    train = resolve_train({}, cls, data)
+    assert (api.config.train.optimizer, api.config.train.lr) == (train.optimizer, train.lr)
+    assert api.config.rounds == (1 if cls.one_shot else SimulationConfig().rounds)
+    assert api.config.progress is SimulationConfig().progress

@@ -9,8 +9,8 @@ import torch
 
 from conftest import load_real
 from fedshare import simulate
-from fedshare.api import init_model
 from fedshare.config import TrainConfig
+from fedshare.config.api import init_model
 from fedshare.data import federate
 from fedshare.engine.batched import StackedOptimizer, StackedRun, clip_rows
 from fedshare.engine.client import Client

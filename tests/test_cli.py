@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from fedshare.config.compose import check_command_line, compose_member, override_args
+from fedshare.config.overrides import check_overrides
 from fedshare.errors import FedshareError
-from fedshare.overrides import check_overrides
-from fedshare.preflight import check_command_line, compose_member, override_args
 from fedshare.results.rundir import METRIC_KEYS, SUMMARY_KEYS, read_metrics
 from fedshare.run import build_simulation, config_dir, execute
 from helpers import snapshot, without_wall_time
@@ -147,9 +147,10 @@ def test_nan_loss_stops_with_a_message_and_keeps_files(tmp_path):
 
 def test_cli_resume_continues_to_the_uninterrupted_numbers(tmp_path):
     """A run cut after round 2 (an unequal partition, half the clients a round): resuming it
-    with another config is refused before any file changes; resuming it longer ends with the
-    numbers of the uninterrupted run (composed and run in-process as the command line runs
-    it: `execute`)."""
+    with another config is refused in one sentence before any file changes; resuming it as an
+    interrupted run advises (`run_dir=X resume=true`, here with more rounds), its settings read
+    from its folder, ends with the numbers of the uninterrupted run (composed and run
+    in-process as the command line runs it: `execute`)."""
     common = ["partition=dir0.5", "progress=false", "clients.num=4", "clients.fraction=0.5"]
     cut, full = tmp_path / "cut", tmp_path / "full"
     assert fedshare_run(*common, "rounds=2", f"run_dir={cut}", cwd=tmp_path).returncode == 0
@@ -158,11 +159,14 @@ def test_cli_resume_continues_to_the_uninterrupted_numbers(tmp_path):
         *common, "rounds=2", "train.lr=0.1", "resume=true", f"run_dir={cut}", cwd=tmp_path
     )
     assert proc.returncode == 2
-    assert "cannot resume" in proc.stderr and "train.lr (0.05 -> 0.1)" in proc.stderr
+    assert f"cannot resume {cut} with train.lr=0.1 (the run has 0.05)" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert snapshot(cut) == before
-    # a longer run is a legitimate change: it continues from the checkpoint
-    proc = fedshare_run(*common, "rounds=3", "resume=true", f"run_dir={cut}", cwd=tmp_path)
+    # a longer run is a legitimate change: it continues from the checkpoint, with the
+    # partition, clients and seed the folder records (none of them typed again)
+    proc = fedshare_run("rounds=3", "progress=false", f"run_dir={cut}", "resume=true", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert "fedavg on digits/dir0.5" in proc.stdout
     resumed = read_metrics(cut / "metrics.jsonl")
     assert [r["round"] for r in resumed] == [1, 2, 3]
     args = [*common, "rounds=3", f"run_dir={full}"]

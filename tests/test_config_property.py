@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from fedshare.config import DataOptions, RunConfig
+from fedshare.config.compose import check_command_line, compose_member
+from fedshare.config.validation import typed_fields
 from fedshare.errors import FedshareError
-from fedshare.preflight import check_command_line, compose_member
 from fedshare.run import build_simulation, config_dir
-from fedshare.validation import typed_fields
 from test_cli import fedshare_run
 from test_validation import override
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import data_root_or_skip
-from fedshare.preflight import check_command_line, compose_member, run_values
+from fedshare.config.compose import check_command_line, compose_member, run_values
 from fedshare.reproduce import cells
 from fedshare.reproduce.measure import cell_value
 from fedshare.results.runs import load_run

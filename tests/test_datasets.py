@@ -19,12 +19,12 @@ import torchaudio.transforms as T
 import yaml
 
 from conftest import data_root_or_skip
+from fedshare.config.params import accepted_params, check_params
 from fedshare.data import DATASETS, audio, images, load_dataset, sensors
 from fedshare.data.audio import SpectrogramConfig, spectrograms
 from fedshare.data.datasets import COMMON_KEYS
 from fedshare.data.wav import IMA_INDEX_STEPS, IMA_STEPS, read_wav
 from fedshare.errors import FedshareError
-from fedshare.params import accepted_params, check_params
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "data"
 

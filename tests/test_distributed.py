@@ -24,10 +24,10 @@ from queue import Empty
 import pytest
 import torch
 
-from fedshare.api import init_model
 from fedshare.config import CheckpointConfig, ClientsConfig, SimulationConfig
+from fedshare.config.api import init_model
+from fedshare.config.defaults import resolve_rounds, resolve_train
 from fedshare.data import federate
-from fedshare.defaults import resolve_rounds, resolve_train
 from fedshare.engine.checkpoint import load_checkpoint
 from fedshare.engine.distributed import RankGroup, assign, blocks
 from fedshare.engine.simulation import Simulation

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from conftest import load_real
-from fedshare.api import init_model
 from fedshare.config import CheckpointConfig, ClientsConfig, SimulationConfig
+from fedshare.config.api import init_model
+from fedshare.config.defaults import resolve_rounds, resolve_train
 from fedshare.data import federate, load_dataset
 from fedshare.data.dataset import Dataset
-from fedshare.defaults import resolve_rounds, resolve_train
 from fedshare.engine.distributed import RankGroup
 from fedshare.engine.simulation import Simulation
 from fedshare.errors import FedshareError

@@ -43,7 +43,9 @@ def test_the_server_refits_the_head_after_the_last_round_only():
 
 
 def test_bad_settings_name_the_value():
-    with pytest.raises(FedshareError, match=r"share_fraction=0 must be in \(0, 1\]"):
+    with pytest.raises(
+        FedshareError, match=r"share_fraction=0 is not valid: .* number in \(0, 1\]"
+    ):
         FeatureRecalibration(share_fraction=0)
 
 

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from fedshare import simulate
-from fedshare.api import init_model
 from fedshare.config import TrainConfig
+from fedshare.config.api import init_model
 from fedshare.data import federate
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import keep_classes
@@ -562,12 +562,16 @@ def test_every_exchanged_byte_is_counted():
 
 
 def test_bad_settings_name_the_value():
-    valid = "adv_solver='adam' is not a solver; valid: auto, lbfgsb, torch"
+    valid = "adv_solver='adam' is not valid: it must be one of auto, lbfgsb, torch"
     with pytest.raises(FedshareError, match=valid):
         FedAA(adv_solver="adam")
-    with pytest.raises(FedshareError, match="adv_per_label=0 must be >= 1"):
+    with pytest.raises(
+        FedshareError, match=r"adv_per_label=0 is not valid: .* number in \[1, 10000\]"
+    ):
         FedAA(adv_per_label=0)
-    with pytest.raises(FedshareError, match=r"finetune_lr=0.0 must be > 0, or null"):
+    with pytest.raises(
+        FedshareError, match=r"finetune_lr=0.0 is not valid: .* number > 0 \(or null\)"
+    ):
         FedAA(finetune_lr=0.0)
 
 

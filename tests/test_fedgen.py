@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from fedshare import simulate
-from fedshare.api import init_model
+from fedshare.config.api import init_model
 from fedshare.engine.flat import FlatState
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError
@@ -242,9 +242,11 @@ def test_round_zero_is_fedavg_and_counts_and_generator_are_counted():
 
 
 def test_bad_settings_name_the_value():
-    with pytest.raises(FedshareError, match=r"strategy.hidden=0 must be at least 1"):
+    with pytest.raises(
+        FedshareError, match=r"strategy.hidden=0 is not valid: .* number in \[1, 65536\]"
+    ):
         FedGen(hidden=0)
-    with pytest.raises(FedshareError, match=r"generator_lr=0 must be positive"):
+    with pytest.raises(FedshareError, match=r"generator_lr=0 is not valid: .* number > 0"):
         FedGen(generator_lr=0)
 
 

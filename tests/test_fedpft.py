@@ -325,7 +325,7 @@ def test_oneshot_average_weightings():
 @pytest.mark.parametrize(
     ("strategy", "params", "match"),
     [
-        ("fedpft", {"covariance": "tied"}, "covariance type"),
+        ("fedpft", {"covariance": "tied"}, "strategy.covariance"),
         ("fedpft", {"small_class_policy": "keep"}, "small_class_policy"),
         ("fedpft", {"dp": True, "n_components": 3}, "n_components=1"),
         ("dp_fedpft", {"dp_epsilon": -1.0}, "epsilon"),
@@ -465,10 +465,10 @@ def test_presets_and_table_rows_compose(preset):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from fedshare.config.params import check_params
     from fedshare.data.datasets import COMMON_KEYS, DATASETS
-    from fedshare.data.partition import PARTITIONERS
+    from fedshare.data.partitioners import PARTITIONERS
     from fedshare.paper.compare import load_table
-    from fedshare.params import check_params
     from fedshare.run import config_dir
 
     table = {"table2": "fedpft_table2", "table5": "fedpft_table5"}.get(preset.split("_")[0])

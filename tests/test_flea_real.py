@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import data_root_or_skip, load_real
-from fedshare import api
+from fedshare.config import api
 from fedshare.data import federate
 from fedshare.privacy.reconstruction import reconstruction_attack
 from fedshare.strategies import make_strategy

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from fedshare import api
+from fedshare.config import api
 from fedshare.strategies import make_strategy
 from helpers import digits_federation
 

@@ -122,4 +122,7 @@ def test_cli_runs_several_loggers_at_once(tmp_path):
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
     assert list((tmp_path / "ml").glob("*/*/metrics/accuracy"))
     bad = subprocess.run([*command[:5], "logger=tensorbord"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "unknown logger 'tensorbord'" in bad.stderr
+    assert (
+        bad.returncode == 2
+        and "logger='tensorbord' is not valid (did you mean 'tensorboard'?)" in bad.stderr
+    )

@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from fedshare.api import init_model
 from fedshare.config import CheckpointConfig, ClientsConfig, SimulationConfig
+from fedshare.config.api import init_model
+from fedshare.config.defaults import resolve_train
 from fedshare.data import federate, load_dataset
-from fedshare.defaults import resolve_train
 from fedshare.engine.simulation import Simulation
 from fedshare.strategies import make_strategy
 

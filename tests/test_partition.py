@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedshare.data import PARTITIONERS, federate, load_dataset, make_partition, plot_partition
-from fedshare.data.partition import Partition
+from fedshare.data.partitioners import Partition
 from fedshare.data.shift import transform_inputs
 from fedshare.errors import FedshareError
 
@@ -409,7 +409,7 @@ SETTINGS = {
 
 
 def test_every_partitioner_of_the_partition_modules_is_covered_here():
-    modules = {"partition", "label_skew", "pathological", "label_deficit", "shift"}
+    modules = {"partitioners", "label_skew", "pathological", "label_deficit", "shift"}
     ours = {
         name
         for name in PARTITIONERS.names()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from fedshare import simulate
-from fedshare.api import init_model
+from fedshare.config.api import init_model
 from fedshare.engine import progress
 from helpers import digits_federation
 from test_fedaa import QUICK, SMALL_CNN, TRAIN, islands

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from conftest import data_root_or_skip, load_real
 from fedshare import simulate
-from fedshare.api import init_model
 from fedshare.config import SimulationConfig
+from fedshare.config.api import init_model
 from fedshare.data import federate
 from fedshare.engine.sampling import CohortSampler, availability_per_client
 from fedshare.errors import FedshareError

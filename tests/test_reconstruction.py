@@ -4,7 +4,7 @@ and the refusal of unknown decoders."""
 import pytest
 import torch
 
-from fedshare import api
+from fedshare.config import api
 from fedshare.errors import FedshareError
 from fedshare.privacy.reconstruction import reconstruction_attack, ridge_decoder
 from helpers import digits_federation

@@ -14,7 +14,7 @@ from fedshare.errors import FedshareError
 from fedshare.paper.compare import lookup
 from fedshare.report import default_out, main, report
 from fedshare.results.plots import mean_curve, plot_comparison, plot_learning_curve
-from fedshare.results.report import (
+from fedshare.results.tables import (
     build_report,
     find_runs,
     group_runs,

@@ -16,9 +16,10 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from fedshare.config.compose import run_values
+from fedshare.config.validation import check_run
 from fedshare.errors import FedshareError
 from fedshare.paper.compare import entries
-from fedshare.preflight import run_values
 from fedshare.reproduce import available_jobs, cells, launch, load_job, measure, run_cells
 from fedshare.reproduce.__main__ import main
 from fedshare.reproduce.docs import BLOCK, default_files, regenerate
@@ -35,7 +36,6 @@ from fedshare.reproduce.render import (
 )
 from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
-from fedshare.validation import check_run
 
 TINY = str(Path(__file__).parent / "data" / "reproduce" / "tiny.yaml")
 PAPERS = ("xormixfl", "rebafl", "flea", "fedpft", "fedaa")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fedshare import simulate
-from fedshare.defaults import DATASET_TRAIN
+from fedshare.config.defaults import DATASET_TRAIN
 from fedshare.engine.resume import changed_keys
 from fedshare.errors import FedshareError
 from fedshare.results.atomic import png_complete

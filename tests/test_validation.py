@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from fedshare.assemble import assemble
 from fedshare.config import DataOptions, RunConfig, SimulationConfig
+from fedshare.config.assemble import assemble
+from fedshare.config.compose import check_command_line
+from fedshare.config.rules import Rule
+from fedshare.config.validation import typed_fields
 from fedshare.data import federate, load_dataset
 from fedshare.errors import FedshareError
-from fedshare.preflight import check_command_line
-from fedshare.rules import Rule
 from fedshare.run import config_dir, simulation_settings
 from fedshare.strategies import make_strategy
-from fedshare.validation import typed_fields
 
 RUN_KEYS = typed_fields(RunConfig)
 DATA_KEYS = {f"data.{k}": v for k, v in typed_fields(DataOptions).items()}
@@ -141,7 +141,7 @@ def test_group_keys_and_sweeps_are_checked_before_anything_runs(args, message):
     ],
 )
 def test_every_unknown_name_gets_did_you_mean(kind, name):
-    from fedshare.overrides import check_overrides
+    from fedshare.config.overrides import check_overrides
 
     with pytest.raises(FedshareError, match="did you mean"):
         check_overrides([f"{kind}={name}"], config_dir())

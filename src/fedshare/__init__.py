@@ -21,10 +21,9 @@ _LAZY = {
     "federate": "fedshare.data",
     "load_dataset": "fedshare.data",
     "RunResult": "fedshare.engine.simulation",
-    "Simulation": "fedshare.engine.simulation",
     "FedshareError": "fedshare.errors",
     "load_model": "fedshare.results.model_file",
-    "simulate": "fedshare.api",
+    "simulate": "fedshare.config.api",
 }
 
 __all__ = [
@@ -34,7 +33,6 @@ __all__ = [
     "FederatedData",
     "FedshareError",
     "RunResult",
-    "Simulation",
     "SimulationConfig",
     "TrainConfig",
     "federate",
@@ -44,7 +42,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from fedshare.api import simulate
     from fedshare.config import (
         CheckpointConfig,
         ClientsConfig,
@@ -52,8 +49,9 @@ if TYPE_CHECKING:
         SimulationConfig,
         TrainConfig,
     )
+    from fedshare.config.api import simulate
     from fedshare.data import FederatedData, federate, load_dataset
-    from fedshare.engine.simulation import RunResult, Simulation
+    from fedshare.engine.simulation import RunResult
     from fedshare.errors import FedshareError
     from fedshare.results.model_file import load_model
 

@@ -31,14 +31,21 @@ def choices_message(kind: str, value: object, valid: list[str]) -> str:
     )
 
 
-def unknown_key_message(key: str, valid: Iterable[str], where: str = "") -> str:
-    """The standard sentence for an unknown config key, listing the valid ones."""
+def named_elsewhere(keys: Iterable[str]) -> str:
+    """ " (did you mean 'train.lr'?)" for keys of the same name in other places, or "" ."""
+    shown = " or ".join(repr(k) for k in sorted(set(keys)))
+    return f" (did you mean {shown}?)" if shown else ""
+
+
+def unknown_key_message(
+    key: str, valid: Iterable[str], where: str = "", elsewhere: Iterable[str] = ()
+) -> str:
+    """The standard sentence for an unknown config key, listing the valid ones; `elsewhere`:
+    keys of the same name in another place (`lr` -> `train.lr`), suggested first."""
     names = sorted(valid)
     last = key.rsplit(".", 1)[-1]
-    return (
-        f"unknown key {key!r}{did_you_mean(last, names)}; valid keys{where}: "
-        f"{', '.join(names) or 'none'}"
-    )
+    hint = named_elsewhere(elsewhere) or did_you_mean(last, names)
+    return f"unknown key {key!r}{hint}; valid keys{where}: {', '.join(names) or 'none'}"
 
 
 def error_sentence(err: BaseException) -> str:

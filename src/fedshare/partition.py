@@ -14,8 +14,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from fedshare.config.overrides import check_overrides
 from fedshare.errors import FedshareError
-from fedshare.overrides import check_overrides
 from fedshare.run import config_dir
 
 DEFAULT_DIR = (

@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from fedshare.errors import FedshareError
 from fedshare.results.plots import plot_comparison
-from fedshare.results.report import (
+from fedshare.results.tables import (
     accuracy_curves,
     build_report,
     find_runs,

@@ -20,9 +20,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from fedshare.config import RunConfig
+from fedshare.config.compose import check_command_line
+from fedshare.config.overrides import check_overrides
+from fedshare.config.resume import resumed_config
 from fedshare.errors import FedshareError, RankFailure, error_sentence
-from fedshare.overrides import check_overrides
-from fedshare.preflight import check_command_line
+from fedshare.results.labels import partition_label
 from fedshare.results.rundir import LOCK_FILE, MARKER
 from fedshare.sweep import SOME_MEMBERS_FAILED, SweepOutcome, record_failure
 
@@ -50,6 +52,25 @@ ConfigStore.instance().store(name="fedshare_schema", node=RunConfig)
 OmegaConf.register_new_resolver("fedshare.token", lambda: secrets.token_hex(3), use_cache=True)
 
 
+def run_partition_label(partition: Any) -> str:
+    """The partition's name in the run line, the run folder and `summary.json`: its config
+    choice with the command line's changes to its parameters (`fedshare.results.labels`)."""
+    hydra_cfg = HydraConfig.get()
+    choice = str(hydra_cfg.runtime.choices.get("partition"))
+    file = config_dir() / "partition" / f"{choice}.yaml"
+    preset = OmegaConf.to_container(OmegaConf.load(file)) if file.exists() else {}
+    values = OmegaConf.to_container(partition, resolve=True)
+    return partition_label(choice, values, preset, hydra_cfg.overrides.task)  # type: ignore[arg-type]
+
+
+def partition_resolver(_root_: DictConfig) -> str:
+    """`${fedshare.partition:}` in the default run folder (configs/config.yaml)."""
+    return run_partition_label(_root_.partition)
+
+
+OmegaConf.register_new_resolver("fedshare.partition", partition_resolver)
+
+
 def group_params(node: Any) -> tuple[str, dict[str, Any]]:
     """(name, other keys) of a config group node such as `strategy` or `model`."""
     values = dict(OmegaConf.to_container(node, resolve=True)) if node is not None else {}
@@ -61,7 +82,7 @@ def group_params(node: Any) -> tuple[str, dict[str, Any]]:
 
 def simulation_settings(run: RunConfig) -> dict[str, Any]:
     """Every `SimulationConfig` key as the run set it, except `rounds` and `train`, which
-    `fedshare.assemble` resolves from the layered defaults."""
+    `fedshare.config.assemble` resolves from the layered defaults."""
     from dataclasses import fields
 
     from fedshare.config import SimulationConfig
@@ -80,12 +101,12 @@ def build_simulation(
     group: "RankGroup | None" = None,
 ) -> "Simulation":
     """Every object of the run, checked, with nothing written yet: the strategy (its
-    parameters), the data and the partition, then `fedshare.assemble` (the path
+    parameters), the data and the partition, then `fedshare.config.assemble` (the path
     `fedshare.simulate` takes too) for the model and the layered defaults (`group`: this
     process's place in a run across several)."""
     from dataclasses import asdict
 
-    from fedshare.assemble import assemble
+    from fedshare.config.assemble import assemble
     from fedshare.data import federate, load_dataset
     from fedshare.engine.distributed import local_device
     from fedshare.engine.loggers import make_loggers
@@ -192,6 +213,7 @@ def _main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if isinstance(v, str)}
+    choices["partition"] = run_partition_label(cfg.partition)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         overrides = [*hydra_cfg.overrides.task, *hydra_cfg.overrides.hydra]
@@ -199,6 +221,9 @@ def _main(cfg: DictConfig) -> float | None:
             raise FedshareError(
                 "resume=true needs run_dir=<the folder of the run to resume> (or hydra.run.dir=)"
             )
+        if cfg.resume and not in_sweep:
+            cfg, label = resumed_config(cfg, hydra_cfg.overrides.task, output_dir)
+            choices["partition"] = label or str(cfg.partition.name)
         summary = execute(cfg, output_dir, choices)
     except FedshareError as err:
         if not in_sweep:

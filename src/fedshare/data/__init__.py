@@ -4,9 +4,9 @@ from fedshare.data import audio, feature_files, images, sensors, synthetic_featu
 from fedshare.data.dataset import Augmentation, Dataset
 from fedshare.data.datasets import DATASETS, LoadRequest, load_dataset, register_dataset
 from fedshare.data.federated import FederatedData, federate
-from fedshare.data.partition import PARTITIONERS, Partition, make_partition, register_partition
-from fedshare.data.partition import Split as Split
 from fedshare.data.partition_plot import plot_partition as plot_partition
+from fedshare.data.partitioners import PARTITIONERS, Partition, make_partition, register_partition
+from fedshare.data.partitioners import Split as Split
 from fedshare.data.shift import apply_domain_shift as apply_domain_shift
 
 __all__ = [

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedshare.config.params import check_params
 from fedshare.data.cache import Payload, cached, dataset_from_payload
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import LoadRequest, register_dataset
@@ -30,7 +31,6 @@ from fedshare.data.sources import fetch_archive, find_files, missing_data_error
 from fedshare.data.wav import read_wav
 from fedshare.engine.rng import derive_seed
 from fedshare.errors import FedshareError
-from fedshare.params import check_params
 
 STORE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 

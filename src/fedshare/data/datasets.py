@@ -11,13 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedshare.config.params import check_params
 from fedshare.data.cache import Payload, cached, dataset_from_payload
 from fedshare.data.dataset import Augmentation, Dataset
-from fedshare.data.files import corrupt_file, read_bytes
-from fedshare.data.sources import download_root, downloading, find_files, missing_data_error
 from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
-from fedshare.params import check_params
 from fedshare.registry import Registry
 
 
@@ -297,98 +295,3 @@ def load_synthetic(
     x_tr, y_tr = draw(train_size)
     x_te, y_te = draw(test_size)
     return Dataset("synthetic", x_tr, y_tr, x_te, y_te, num_classes=num_classes)
-
-
-# --------------------------------------------------------------------------- torchvision formats
-def idx_dims(raw: bytes) -> list[int]:
-    """The dimensions in an IDX header (unsigned bytes only); ValueError when it is not one."""
-    if len(raw) < 4 or raw[:3] != b"\x00\x00\x08" or not 1 <= raw[3] <= 4:
-        raise ValueError("no IDX header of unsigned bytes")
-    ndim = raw[3]
-    if len(raw) < 4 + 4 * ndim:
-        raise ValueError("the IDX header is cut short")
-    return [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file (MNIST format), gzipped or not; a corrupt file is a FedshareError."""
-    raw = read_bytes(path)
-    try:
-        dims = idx_dims(raw)
-    except ValueError as err:
-        raise corrupt_file(path, str(err)) from None
-    offset = 4 + 4 * len(dims)
-    if len(raw) - offset != math.prod(dims):
-        shape = "×".join(map(str, dims))
-        problem = f"its header promises {shape} bytes of data, it holds {len(raw) - offset}"
-        raise corrupt_file(path, problem)
-    return np.frombuffer(raw, dtype=np.uint8, offset=offset).reshape(dims)
-
-
-_IDX_FILES = [
-    "train-images-idx3-ubyte",
-    "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte",
-    "t10k-labels-idx1-ubyte",
-]
-
-
-def read_idx_split(images: Path, labels: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """N×1×H×W uint8 images and N int64 labels from a pair of IDX files."""
-    x, y = read_idx(images), read_idx(labels)
-    if x.ndim != 3:
-        raise corrupt_file(images, f"expected N×H×W images, got shape {x.shape}")
-    if y.shape != (len(x),):
-        raise corrupt_file(labels, f"expected {len(x)} labels (one per image), got {y.shape}")
-    return torch.from_numpy(x.copy()).unsqueeze(1), torch.from_numpy(y.astype(np.int64))
-
-
-def load_idx_dataset(
-    request: LoadRequest, folder: str, torchvision_name: str, name: str | None = None
-) -> tuple[torch.Tensor, ...]:
-    """Train/test tensors of an MNIST-format dataset under `<root>/<folder>/raw/` (cached)."""
-    name = name or folder.lower()
-    for suffix in (".gz", ""):
-        relative = [f"{folder}/raw/{f}{suffix}" for f in _IDX_FILES]
-        base = find_files(request.root, relative)
-        if base is not None:
-            break
-    else:
-        relative = [f"{folder}/raw/{f}.gz" for f in _IDX_FILES]
-        if not request.download:
-            raise missing_data_error(
-                name, request.root, relative, f"get the four {folder} IDX files"
-            )
-        import torchvision
-
-        target = download_root(request.root)
-        with downloading(name, target):
-            getattr(torchvision.datasets, torchvision_name)(str(target), download=True)
-        base = target
-    paths = [base / rel for rel in relative]
-
-    def build() -> dict[str, torch.Tensor]:
-        x_tr, y_tr = read_idx_split(paths[0], paths[1])
-        x_te, y_te = read_idx_split(paths[2], paths[3])
-        return {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te}
-
-    payload = cached(name, {"format": "idx", "version": 1}, paths, build, request.cache)
-    return payload["x_train"], payload["y_train"], payload["x_test"], payload["y_test"]
-
-
-@register_dataset("mnist")
-def load_mnist(request: LoadRequest) -> Dataset:
-    """MNIST from `<root>/MNIST/raw/` (torchvision layout), 60,000 train / 10,000 test."""
-    x_tr, y_tr, x_te, y_te = load_idx_dataset(request, "MNIST", "MNIST")
-    return Dataset(
-        "mnist",
-        x_tr,
-        y_tr,
-        x_te,
-        y_te,
-        num_classes=10,
-        scale=1 / 255,
-        mean=(0.1307,),
-        std=(0.3081,),
-        default_model="cnn_small",
-    )

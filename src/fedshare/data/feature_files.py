@@ -27,7 +27,7 @@ import torch
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import MAX_CLASSES, LoadRequest, register_dataset
 from fedshare.data.files import npz_problem, require_regular_file
-from fedshare.data.partition import register_partition
+from fedshare.data.partitioners import register_partition
 from fedshare.data.sources import data_roots
 from fedshare.engine.checkpoint import torch_load_problem
 from fedshare.errors import FedshareError

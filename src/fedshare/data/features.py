@@ -37,12 +37,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.params import check_params
 from fedshare.data.cache import cached
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import LoadRequest
 from fedshare.errors import FedshareError
 from fedshare.models.base import as_block_model
-from fedshare.params import check_params
 from fedshare.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -228,14 +228,35 @@ def run_backbone(
     return torch.cat(out) if out else torch.zeros(0, 0)
 
 
+def backbone_options(
+    backbone: str, options: Mapping[str, Any] | None
+) -> tuple[int, str, dict[str, Any]]:
+    """(batch size, device, the backbone's own parameters) of `data.features_options`, each
+    checked: the common `batch_size` (a whole number >= 1) and `device` (a name), the rest
+    against backbone `backbone`'s parameters (the pre-run check calls this too)."""
+    factory = BACKBONES.get(backbone)
+    rest = dict(options or {})
+    batch_size = rest.pop("batch_size", 256)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise FedshareError(
+            f"data.features_options.batch_size={batch_size!r} is not valid: it must be a whole "
+            f"number of at least 1"
+        )
+    device = rest.pop("device", "auto")
+    if not isinstance(device, str):
+        raise FedshareError(
+            f"data.features_options.device={device!r} is not valid: it must be a device name "
+            f"(auto, cpu, cuda or cuda:N)"
+        )
+    return batch_size, device, check_params(factory, rest, "feature backbone", backbone, skip=3)
+
+
 def extract_features(data: Dataset, cfg: Mapping[str, Any], request: LoadRequest) -> Dataset:
     """`data` with its inputs replaced by the cached features of backbone `cfg["features"]`."""
     backbone = str(cfg["features"])
     factory = BACKBONES.get(backbone)
-    options = dict(cfg.get("features_options") or {})
-    batch_size = int(options.pop("batch_size", 256))
-    device = resolve_device(str(options.pop("device", "auto")))
-    options = check_params(factory, options, "feature backbone", backbone, skip=3)
+    batch_size, device_name, options = backbone_options(backbone, cfg.get("features_options"))
+    device = resolve_device(device_name)
     weights = cfg.get("features_weights")
     extractor = factory(
         data.input_shape, None if weights is None else str(weights), request.root, **options

@@ -9,7 +9,7 @@ import torch
 
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import balanced_subset
-from fedshare.data.partition import Partition, fingerprint, make_partition
+from fedshare.data.partitioners import Partition, fingerprint, make_partition
 from fedshare.data.shift import apply_domain_shift
 from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError

@@ -1,9 +1,11 @@
-"""Image datasets in torchvision's on-disk formats: Fashion-MNIST, CIFAR-10, CIFAR-100.
+"""Image datasets in torchvision's on-disk formats: MNIST and Fashion-MNIST (IDX), CIFAR-10,
+CIFAR-100.
 
 Images are stored N×C×H×W uint8 (`scale = 1/255`); normalisation and batch augmentation
 happen per batch on the device (`Dataset.prepare`).
 """
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,8 @@ import torch
 
 from fedshare.data.cache import Payload, cached, dataset_from_payload
 from fedshare.data.dataset import Augmentation, Dataset, augment_batch
-from fedshare.data.datasets import LoadRequest, load_idx_dataset, register_dataset
-from fedshare.data.files import corrupt_file, read_npz
+from fedshare.data.datasets import LoadRequest, register_dataset
+from fedshare.data.files import corrupt_file, read_bytes, read_npz
 from fedshare.data.pickles import load_cifar_pickle
 from fedshare.data.sources import download_root, downloading, find_files, missing_data_error
 from fedshare.engine.rng import torch_generator
@@ -51,6 +53,101 @@ CIFAR100_STD = (0.2673, 0.2564, 0.2762)
 CIFAR_AUGMENTATION = Augmentation(crop_padding=4, horizontal_flip=True)
 STATIC_AUGMENT = ("none", "train", "all")
 STATIC_CHUNK = 4096  # images per augmentation call (bounds the index tensors' memory)
+
+
+# --------------------------------------------------------------------------- MNIST formats (IDX)
+def idx_dims(raw: bytes) -> list[int]:
+    """The dimensions in an IDX header (unsigned bytes only); ValueError when it is not one."""
+    if len(raw) < 4 or raw[:3] != b"\x00\x00\x08" or not 1 <= raw[3] <= 4:
+        raise ValueError("no IDX header of unsigned bytes")
+    ndim = raw[3]
+    if len(raw) < 4 + 4 * ndim:
+        raise ValueError("the IDX header is cut short")
+    return [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file (MNIST format), gzipped or not; a corrupt file is a FedshareError."""
+    raw = read_bytes(path)
+    try:
+        dims = idx_dims(raw)
+    except ValueError as err:
+        raise corrupt_file(path, str(err)) from None
+    offset = 4 + 4 * len(dims)
+    if len(raw) - offset != math.prod(dims):
+        shape = "×".join(map(str, dims))
+        problem = f"its header promises {shape} bytes of data, it holds {len(raw) - offset}"
+        raise corrupt_file(path, problem)
+    return np.frombuffer(raw, dtype=np.uint8, offset=offset).reshape(dims)
+
+
+_IDX_FILES = [
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+]
+
+
+def read_idx_split(images: Path, labels: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """N×1×H×W uint8 images and N int64 labels from a pair of IDX files."""
+    x, y = read_idx(images), read_idx(labels)
+    if x.ndim != 3:
+        raise corrupt_file(images, f"expected N×H×W images, got shape {x.shape}")
+    if y.shape != (len(x),):
+        raise corrupt_file(labels, f"expected {len(x)} labels (one per image), got {y.shape}")
+    return torch.from_numpy(x.copy()).unsqueeze(1), torch.from_numpy(y.astype(np.int64))
+
+
+def load_idx_dataset(
+    request: LoadRequest, folder: str, torchvision_name: str, name: str | None = None
+) -> tuple[torch.Tensor, ...]:
+    """Train/test tensors of an MNIST-format dataset under `<root>/<folder>/raw/` (cached)."""
+    name = name or folder.lower()
+    for suffix in (".gz", ""):
+        relative = [f"{folder}/raw/{f}{suffix}" for f in _IDX_FILES]
+        base = find_files(request.root, relative)
+        if base is not None:
+            break
+    else:
+        relative = [f"{folder}/raw/{f}.gz" for f in _IDX_FILES]
+        if not request.download:
+            raise missing_data_error(
+                name, request.root, relative, f"get the four {folder} IDX files"
+            )
+        import torchvision
+
+        target = download_root(request.root)
+        with downloading(name, target):
+            getattr(torchvision.datasets, torchvision_name)(str(target), download=True)
+        base = target
+    paths = [base / rel for rel in relative]
+
+    def build() -> dict[str, torch.Tensor]:
+        x_tr, y_tr = read_idx_split(paths[0], paths[1])
+        x_te, y_te = read_idx_split(paths[2], paths[3])
+        return {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te}
+
+    payload = cached(name, {"format": "idx", "version": 1}, paths, build, request.cache)
+    return payload["x_train"], payload["y_train"], payload["x_test"], payload["y_test"]
+
+
+@register_dataset("mnist")
+def load_mnist(request: LoadRequest) -> Dataset:
+    """MNIST from `<root>/MNIST/raw/` (torchvision layout), 60,000 train / 10,000 test."""
+    x_tr, y_tr, x_te, y_te = load_idx_dataset(request, "MNIST", "MNIST")
+    return Dataset(
+        "mnist",
+        x_tr,
+        y_tr,
+        x_te,
+        y_te,
+        num_classes=10,
+        scale=1 / 255,
+        mean=(0.1307,),
+        std=(0.3081,),
+        default_model="cnn_small",
+    )
 
 
 @register_dataset("fmnist")
@@ -276,10 +373,17 @@ def load_cifar10(
         base = download_root(request.root)
     if base is None:
         how = "get CIFAR-10's python version from https://www.cs.toronto.edu/~kriz/cifar.html"
-        if find_files(request.root, [f"{SAMPLE_DIR}/train.npz", f"{SAMPLE_DIR}/test.npz"]):
-            how += " (the 4,000 / 1,000-image sample there is data=cifar10_sample)"
+        sample = find_files(request.root, [f"{SAMPLE_DIR}/train.npz", f"{SAMPLE_DIR}/test.npz"])
+        if sample is not None:
+            how = (
+                f"{sample / SAMPLE_DIR} holds only the 4,000 / 1,000-image sample, which loads as "
+                f"data=cifar10_sample; for the full set {how}"
+            )
         else:
-            how += " (or use data=cifar10_sample, the 4,000 / 1,000-image sample)"
+            how += (
+                " (a 4,000 / 1,000-image sample of it, in <root>/cifar10_sample, loads as "
+                "data=cifar10_sample)"
+            )
         raise missing_data_error("cifar10", request.root, relative, how)
     if source == "npz":
         assert npz_dir is not None

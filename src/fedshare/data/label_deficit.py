@@ -17,7 +17,7 @@ server as an ordinary client (A9). Per-group `clients.availability` works throug
 
 import numpy as np
 
-from fedshare.data.partition import Split, register_partition
+from fedshare.data.partitioners import Split, register_partition
 from fedshare.errors import FedshareError
 
 

@@ -7,7 +7,7 @@ Study", ICDE 2022) for `dirichlet` and `quantity`; FLea (Xia et al., App. C.1 an
 
 import numpy as np
 
-from fedshare.data.partition import Split, register_partition
+from fedshare.data.partitioners import Split, register_partition
 from fedshare.errors import FedshareError
 
 

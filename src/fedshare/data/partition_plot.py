@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedshare.data.partition import Partition
+from fedshare.data.partitioners import Partition
 from fedshare.results.atomic import atomic_write
 
 MAX_BARS = 200

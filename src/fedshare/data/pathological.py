@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedshare.data.partition import Split, register_partition
+from fedshare.data.partitioners import Split, register_partition
 from fedshare.errors import FedshareError
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from fedshare.data.dataset import Dataset
-from fedshare.data.partition import Partition, Split, register_partition
+from fedshare.data.partitioners import Partition, Split, register_partition
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError
 

@@ -15,9 +15,10 @@ import torch
 from torch import nn
 
 from fedshare.config import MEMORY_FORMATS, SimulationConfig
+from fedshare.config.params import params_of
+from fedshare.config.validation import check_simulation_config
 from fedshare.data.federated import FederatedData
 from fedshare.data.partition_plot import plot_partition
-from fedshare.defaults import resolve_rounds
 from fedshare.engine.accounting import Traffic
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.allocator import steady_malloc
@@ -59,14 +60,12 @@ from fedshare.engine.separability import davies_bouldin, has_features, penultima
 from fedshare.engine.state_log import ClientStateLog
 from fedshare.errors import FedshareError, NonFiniteLossError, error_sentence
 from fedshare.models.base import prepare_for_device
-from fedshare.params import params_of
 from fedshare.privacy.context import check_run_attack, run_attack_summary
 from fedshare.results.atomic import clean_temporaries, png_complete
 from fedshare.results.model_file import MODEL_FILE, save_model
 from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
-from fedshare.validation import check_simulation_config
 
 Delivery = tuple[Message | None, list[Message]]
 """A client's personal message (or None) and its inbox, taken out for one step."""
@@ -166,8 +165,7 @@ class Simulation:
         `overwrite`, a previous run's files in `run_dir` are deleted instead of refused.
         `group`: this process's place in a run across several processes
         (`fedshare.engine.distributed`); only its rank 0 writes `run_dir`."""
-        check_simulation_config(config)  # every key's type and range (fedshare.validation)
-        resolve_rounds(config.rounds, strategy)  # a one-shot strategy refuses rounds != 1
+        check_simulation_config(config)  # every key's type and range (fedshare.config.validation)
         if len(data.dataset.y_test) == 0:
             raise FedshareError(
                 f"the test set of {data.dataset.name} is empty: an accuracy over zero samples is "

@@ -12,8 +12,8 @@ from typing import Any, Self
 import torch
 from torch import nn
 
+from fedshare.config.params import check_params
 from fedshare.errors import FedshareError
-from fedshare.params import check_params
 from fedshare.registry import Registry
 
 HEAD = "head"

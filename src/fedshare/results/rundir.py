@@ -3,6 +3,7 @@
 import contextlib
 import json
 import math
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -82,13 +83,8 @@ class RunDirectory:
         """Delete a previous run's files (`overwrite=true`); nothing else in the folder, and
         nothing at all unless a fedshare run wrote them (its marker is there)."""
         found = self.run_files()
-        if found and not (self.path / MARKER).exists():
-            raise FedshareError(
-                f"overwrite=true but the {', '.join(found)} in {self.path} were not written by "
-                f"a fedshare run (it has no {MARKER} marker), so nothing is deleted; choose "
-                f"another run_dir (a run of a fedshare older than the marker: create an empty "
-                f"{MARKER} file there to allow overwrite)"
-            )
+        if found:
+            check_overwrite(self.path)
         for name in found:
             (self.path / name).unlink()
 
@@ -156,6 +152,61 @@ class RunDirectory:
     def append_metrics(self, record: Mapping[str, Any]) -> None:
         with self.metrics_path.open("a") as fh:
             fh.write(json.dumps(_clean(record)) + "\n")
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """What a folder without a run's marker holds besides the lock (empty if it has the marker
+    or does not exist)."""
+    if not folder.is_dir() or (folder / MARKER).exists():
+        return []
+    return sorted(p.name for p in folder.iterdir() if p.name != LOCK_FILE)
+
+
+def check_overwrite(folder: Path) -> None:
+    """`overwrite=true` replaces a fedshare run only: a folder without the run marker that holds
+    anything (a user's files, the working folder) is refused, nothing in it touched."""
+    entries = foreign_entries(folder)
+    if not entries:
+        return
+    shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+    raise FedshareError(
+        f"overwrite=true but run_dir {folder} holds files not written by a fedshare run "
+        f"({shown}; no {MARKER} marker), so nothing is replaced; choose another run_dir (a run "
+        f"of a fedshare older than the marker: create an empty {MARKER} file there to allow "
+        f"overwrite)"
+    )
+
+
+def check_can_create(folder: Path) -> None:
+    """A run folder must be creatable: its nearest existing ancestor is a folder this process
+    can make a folder in (not a file, not a read-only or virtual file system). Tried by making
+    and removing an empty folder there; nothing stays."""
+    ancestor = folder
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise FedshareError(
+            f"run_dir={folder} is under {ancestor}, which is a file, not a folder; choose a folder"
+        )
+    try:
+        Path(tempfile.mkdtemp(dir=ancestor, prefix=".fedshare-")).rmdir()
+    except OSError as err:
+        what = "cannot be written" if ancestor == folder else "cannot be created"
+        raise FedshareError(
+            f"run_dir={folder} {what}: {ancestor} refuses a new folder "
+            f"({err.strerror or type(err).__name__}); choose a folder you can write to"
+        ) from None
+
+
+def check_run_folder(folder: str | Path, overwrite: bool) -> None:
+    """Before anything is made: the run folder can be created (or is a folder), and
+    `overwrite` would replace only a run."""
+    path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        raise FedshareError(f"run_dir={folder} is a file, not a folder; choose a folder")
+    check_can_create(path)
+    if overwrite:
+        check_overwrite(path)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

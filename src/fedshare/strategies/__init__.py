@@ -40,10 +40,10 @@ from fedshare.strategies.fedrs import FedRS
 from fedshare.strategies.flea import FLea
 from fedshare.strategies.kd import KnowledgeDistillation
 from fedshare.strategies.moon import MOON
-from fedshare.strategies.oneshot import Standalone
 from fedshare.strategies.oneshot_avg import OneShotAverage
 from fedshare.strategies.rebafl import ReBaFL
 from fedshare.strategies.scaffold import Scaffold
+from fedshare.strategies.standalone import Standalone
 from fedshare.strategies.xormixfl import MixFL, XorMixFL
 
 __all__ = [

@@ -31,11 +31,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedshare.config import TrainConfig
+from fedshare.config.rules import Rule, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.optim import make_optimizer
 from fedshare.engine.rng import torch_generator
 from fedshare.engine.training import check_finite, fit, shuffled_positions
-from fedshare.errors import FedshareError, choices_message
+from fedshare.errors import FedshareError
 from fedshare.functional.losses import distillation_kl
 from fedshare.models.base import BlockModel, as_block_model
 
@@ -59,16 +60,10 @@ HEAD_BUDGETS = ("pooled", "epochs")
 class HeadBudget:
     """Mixin: how many passes a one-shot baseline's local head takes over its client's data."""
 
-    head_budget: str = "pooled"
+    head_budget: str = ruled("pooled", Rule(choices=HEAD_BUDGETS))
     """pooled: I × `train.local_epochs` passes, the optimizer steps of `train.local_epochs`
     passes over the pooled data (FedPFT's and Centralized's head) when clients hold equal
     shares | epochs: `train.local_epochs` passes (the paper's wording; underfits small clients)."""
-
-    def check_head_budget(self) -> None:
-        if self.head_budget not in HEAD_BUDGETS:
-            raise FedshareError(
-                choices_message("strategy.head_budget", self.head_budget, list(HEAD_BUDGETS))
-            )
 
     def head_epochs(self, train: TrainConfig) -> int:
         """Passes of a local head over its own data (client side: `num_clients` is public)."""

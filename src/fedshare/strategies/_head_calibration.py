@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from fedshare.config.rules import EPOCHS, POSITIVE, SIZE, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.training import fit, shuffled_positions
-from fedshare.errors import FedshareError
 from fedshare.models.base import as_block_model
 from fedshare.strategies._feature_heads import head_accuracy
 from fedshare.strategies.base import Message, Phase, Update
@@ -22,18 +22,9 @@ from fedshare.strategies.fedavg import FedAvg
 class HeadCalibration(FedAvg):
     """FedAvg, then the server re-fits the head once on what every client uploaded."""
 
-    calibration_epochs: int = 10
-    calibration_lr: float = 1e-3
-    calibration_batch_size: int = 32
-
-    def __post_init__(self) -> None:
-        if self.calibration_epochs < 0 or self.calibration_batch_size < 1:
-            raise FedshareError(
-                f"strategy.calibration_epochs={self.calibration_epochs} must be >= 0 and "
-                f"strategy.calibration_batch_size={self.calibration_batch_size} >= 1"
-            )
-        if self.calibration_lr <= 0:
-            raise FedshareError(f"strategy.calibration_lr={self.calibration_lr} must be positive")
+    calibration_epochs: int = ruled(10, EPOCHS)
+    calibration_lr: float = ruled(1e-3, POSITIVE)
+    calibration_batch_size: int = ruled(32, SIZE)
 
     def phases(self) -> list[Phase]:
         calibrate = Phase(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fedshare.config.rules import ANY, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.messages import Message, Update
 from fedshare.errors import FedshareError
@@ -24,7 +25,7 @@ from fedshare.strategies.base import SetupContext
 class HeadExchange:
     """Mixin for strategies whose clients each send one head vector."""
 
-    to_last_client: bool = False
+    to_last_client: bool = ruled(False, ANY)
     """Sources send their heads straight to the last client (Table 2's source → destination)
     instead of uploading them to a server."""
 

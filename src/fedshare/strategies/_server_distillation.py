@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedshare.config.rules import EPOCHS, Rule, ruled
 from fedshare.engine.optim import learning_rate
 from fedshare.engine.rng import torch_generator
-from fedshare.errors import FedshareError, choices_message
+from fedshare.errors import FedshareError
 from fedshare.strategies._feature_heads import (
     IterateAverage,
     extract,
@@ -52,8 +53,13 @@ class ProbabilityMean(nn.Module):
 class ServerDistillation(OneShotAverage):
     """Local heads up once; the server distils its teachers into the global head."""
 
-    distill_epochs: int = 50
-    student_init: str = "mean"
+    distill_epochs: int = ruled(50, EPOCHS)
+    student_init: str = ruled("mean", Rule(choices=STUDENT_INITS))
+
+    def check(self) -> None:
+        super().check()
+        if self.to_last_client:
+            raise FedshareError(f"strategy {self.name} needs the server: to_last_client=false")
 
     def setup(self, ctx: SetupContext) -> None:
         if ctx.data.server_indices is None:
@@ -61,14 +67,6 @@ class ServerDistillation(OneShotAverage):
                 f"strategy {self.name} distils on the server's own inputs; set server_data.size "
                 f"(e.g. 500) and, for unlabelled public data, server_data.labelled=false"
             )
-        if self.student_init not in STUDENT_INITS:
-            raise FedshareError(
-                choices_message("strategy.student_init", self.student_init, list(STUDENT_INITS))
-            )
-        if self.distill_epochs < 0:
-            raise FedshareError(f"strategy.distill_epochs={self.distill_epochs} must be >= 0")
-        if self.to_last_client:
-            raise FedshareError(f"strategy {self.name} needs the server: to_last_client=false")
         super().setup(ctx)
 
     # ------------------------------------------------------------------ method hooks

@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from fedshare.config.rules import POSITIVE, ruled
 from fedshare.engine.flat import FlatState
 from fedshare.strategies.base import ClientSetup, SetupContext
 from fedshare.strategies.fedavg import FedAvg
@@ -20,7 +21,7 @@ G = TypeVar("G", bound=nn.Module)
 class ServerGenerator(FedAvg, Generic[G]):
     """FedAvg plus a server-trained generator (`generator`, flattened by `gen_flat`)."""
 
-    generator_lr: float = 3e-4
+    generator_lr: float = ruled(3e-4, POSITIVE)
 
     def _generator(
         self, model: nn.Module, num_classes: int, input_shape: tuple[int, ...], seed: int

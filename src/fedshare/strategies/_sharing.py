@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from fedshare.config.rules import SIZE, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
-from fedshare.errors import FedshareError
 from fedshare.functional.mixup import as_soft_labels
 from fedshare.privacy.dcor import mean_distance_correlation
 from fedshare.privacy.exposure import ExposureTracker
@@ -59,11 +59,6 @@ def fixed_groups(seed: int, purpose: str, client_id: int, n: int, size: int) -> 
     return torch.randperm(n, generator=gen)[: groups * size].view(groups, size)
 
 
-def check_fraction(name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise FedshareError(f"strategy.{name}={value} must be in [0, 1]")
-
-
 @dataclass
 class OneShotSharing(Strategy):
     """Round 0: every client uploads its artefacts ("share"), the server sends the whole pool
@@ -74,7 +69,7 @@ class OneShotSharing(Strategy):
     and `client_update` (training with the pool the client kept, `received_pool(client)`).
     """
 
-    metric_chunk: int = 32
+    metric_chunk: int = ruled(32, SIZE)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
@@ -194,11 +189,9 @@ class MeanSharing(OneShotSharing):
     the method shares labels (`shares_labels`)."""
 
     shares_labels: ClassVar[bool] = True
-    mean_size: int = 10
+    mean_size: int = ruled(10, SIZE)
 
     def setup(self, ctx: SetupContext) -> None:
-        if self.mean_size < 1:
-            raise FedshareError(f"strategy.mean_size={self.mean_size} must be at least 1")
         super().setup(ctx)
 
     def groups(self, seed: int, client_id: int, n: int) -> torch.Tensor:

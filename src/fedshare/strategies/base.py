@@ -16,13 +16,14 @@ import torch
 from torch import nn
 
 from fedshare.config import SimulationConfig
+from fedshare.config.params import check_params
+from fedshare.config.validation import check_fields
 from fedshare.data.federated import FederatedData
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
 from fedshare.engine.client_side import ClientSetup
 from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Message, Update
-from fedshare.params import check_params
 from fedshare.registry import Registry
 
 M = TypeVar("M", bound=nn.Module)
@@ -99,7 +100,17 @@ class Strategy:
     (`Phase.in_order`)."""
     train_defaults: ClassVar[Mapping[str, Any]] = {}
     """Training settings of the method's paper (`train.*` keys); they apply to the keys that
-    neither the command line nor a preset sets (`fedshare.defaults`)."""
+    neither the command line nor a preset sets (`fedshare.config.defaults`)."""
+
+    def __post_init__(self) -> None:
+        """Every parameter against the rule its field declares (`ruled`), then `check`: a bad
+        value is refused when the strategy is built, before a run or any sweep member starts."""
+        check_fields(self, "strategy")
+        self.check()
+
+    def check(self) -> None:
+        """Rules between parameters that no single field's rule states (none here); a
+        subclass that adds some calls `super().check()`."""
 
     def setup(self, ctx: SetupContext) -> None:
         """The server side, before round 0."""

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
+from fedshare.config.rules import EPOCHS, POSITIVE, SIZE, Rule, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
-from fedshare.errors import FedshareError
 from fedshare.functional.class_gaussians import (
     ClassStatistics,
     PooledClassGaussians,
@@ -50,15 +50,10 @@ CLASSES, COUNTS, MEANS, COVARIANCES = "classes", "counts", "means", "covariances
 class CCVR(HeadCalibration):
     """FedAvg, then the head re-trained on virtual features from pooled class Gaussians."""
 
-    virtual_per_class: int = 100
-    calibration_epochs: int = 10
-    calibration_lr: float = 1e-3
-    calibration_batch_size: int = 32
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.virtual_per_class < 1:
-            raise FedshareError(f"strategy.virtual_per_class={self.virtual_per_class} must be >= 1")
+    virtual_per_class: int = ruled(100, Rule(low=1, high=10_000))
+    calibration_epochs: int = ruled(10, EPOCHS)
+    calibration_lr: float = ruled(1e-3, POSITIVE)
+    calibration_batch_size: int = ruled(32, SIZE)
 
     def setup(self, ctx: SetupContext) -> None:
         require_body(ctx.model, "ccvr")

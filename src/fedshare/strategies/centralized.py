@@ -9,7 +9,7 @@ features in `wire_dtype`, float16 by default as in the paper; integer inputs suc
 as they are; labels in the smallest integer type that holds them). Every round the server trains the
 global model for `train.local_epochs` shuffled passes over the pool with the configured
 optimizer, batch size, augmentation and this round's learning rate
-(`fedshare.strategies.central.train_central`); `rounds` > 1 gives a learning curve. The pool is
+(`fedshare.strategies._central.train_central`); `rounds` > 1 gives a learning curve. The pool is
 part of the checkpoint, so a resumed run equals an uninterrupted one.
 """
 
@@ -19,13 +19,14 @@ from typing import Any, ClassVar
 
 import torch
 
+from fedshare.config.rules import Rule, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.optim import learning_rate
 from fedshare.engine.rng import seed_global_torch, torch_generator
-from fedshare.errors import FedshareError, choices_message
+from fedshare.errors import FedshareError
 from fedshare.functional.gmm import WIRE_DTYPES
+from fedshare.strategies._central import train_central
 from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
-from fedshare.strategies.central import train_central
 
 
 def label_dtype(num_classes: int) -> torch.dtype:
@@ -41,15 +42,11 @@ class Centralized(Strategy):
 
     clients_train: ClassVar[bool] = False
 
-    wire_dtype: str = "float16"
+    wire_dtype: str = ruled("float16", Rule(choices=tuple(WIRE_DTYPES)))
     """Precision of floating-point inputs on the wire (float16 | float32 | float64)."""
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        if self.wire_dtype not in WIRE_DTYPES:
-            raise FedshareError(
-                choices_message("strategy.wire_dtype", self.wire_dtype, list(WIRE_DTYPES))
-            )
         self.pool_x: torch.Tensor | None = None
         self.pool_y: torch.Tensor | None = None
 

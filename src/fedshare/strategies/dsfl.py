@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fedshare.config.rules import ANY, PROBABILITY, ruled
 from fedshare.engine.client import Client
-from fedshare.errors import FedshareError
 from fedshare.functional.sparse import pack, top_k_mask, unpack
 from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import Message, Update, register_strategy, sent_weights
@@ -30,12 +30,8 @@ from fedshare.strategies.fedavg import FedAvg
 class DSFL(FedAvg):
     """FedAvg on top-K sparsified updates, uploaded as mask + values."""
 
-    keep: float = 0.5
-    error_feedback: bool = False
-
-    def __post_init__(self) -> None:
-        if not 0 < self.keep <= 1:
-            raise FedshareError(f"strategy.keep={self.keep} must be in (0, 1]")
+    keep: float = ruled(0.5, PROBABILITY)
+    error_feedback: bool = ruled(False, ANY)
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)

@@ -22,8 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import ANY, Rule, ruled
 from fedshare.engine.client import Client
-from fedshare.errors import FedshareError, choices_message
+from fedshare.errors import FedshareError
 from fedshare.functional.gmm import WIRE_DTYPES
 from fedshare.models.base import as_block_model
 from fedshare.strategies._feature_heads import (
@@ -82,21 +83,14 @@ class Ensemble(HeadBudget, HeadExchange, Strategy):  # type: ignore[override]
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
-    rule: str = "max"
-    head_dtype: str = "float16"
+    rule: str = ruled("max", Rule(choices=RULES))
+    head_dtype: str = ruled("float16", Rule(choices=tuple(WIRE_DTYPES)))
     """Precision of the uploaded heads (the paper counts 16-bit heads in Table 5)."""
-    l2_normalize: bool = False
+    l2_normalize: bool = ruled(False, ANY)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        if self.rule not in RULES:
-            raise FedshareError(choices_message("strategy.rule", self.rule, list(RULES)))
-        if self.head_dtype not in WIRE_DTYPES:
-            raise FedshareError(
-                choices_message("strategy.head_dtype", self.head_dtype, list(WIRE_DTYPES))
-            )
         self.check_topology(ctx)
-        self.check_head_budget()
         self.head = linear_head(ctx.model)
         self.ensemble: EnsembleClassifier | None = None
 

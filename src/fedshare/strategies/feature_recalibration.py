@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
+from fedshare.config.rules import EPOCHS, POSITIVE, PROBABILITY, SIZE, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
-from fedshare.errors import FedshareError
 from fedshare.models.base import as_block_model, require_body
 from fedshare.strategies._feature_heads import extract
 from fedshare.strategies._head_calibration import HeadCalibration
@@ -41,15 +41,10 @@ FEATURES, LABELS = "features", "labels"
 class FeatureRecalibration(HeadCalibration):
     """FedAvg, then the server re-fits the classifier on uploaded features (module docstring)."""
 
-    share_fraction: float = 0.1
-    calibration_epochs: int = 20
-    calibration_lr: float = 1e-4
-    calibration_batch_size: int = 32
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not 0 < self.share_fraction <= 1:
-            raise FedshareError(f"strategy.share_fraction={self.share_fraction} must be in (0, 1]")
+    share_fraction: float = ruled(0.1, PROBABILITY)
+    calibration_epochs: int = ruled(20, EPOCHS)
+    calibration_lr: float = ruled(1e-4, POSITIVE)
+    calibration_batch_size: int = ruled(32, SIZE)
 
     def setup(self, ctx: SetupContext) -> None:
         require_body(ctx.model, "feature_recalibration")

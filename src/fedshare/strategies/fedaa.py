@@ -50,7 +50,7 @@ noise), the identifiers' balanced accuracy, and the time of each stage.
 import copy
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar
 
@@ -59,6 +59,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from fedshare.config.rules import (
+    ANY,
+    EPOCHS,
+    NON_NEGATIVE,
+    POSITIVE,
+    SIZE,
+    STEPS,
+    WIDTH,
+    Rule,
+    ruled,
+)
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
@@ -66,7 +77,6 @@ from fedshare.engine.flat import FlatState
 from fedshare.engine.optim import learning_rate, make_optimizer
 from fedshare.engine.rng import derive_seed, torch_generator
 from fedshare.engine.training import fit, shuffled_positions
-from fedshare.errors import FedshareError
 from fedshare.functional.fooling import SOLVERS, Box, fool
 from fedshare.models.base import BlockModel, as_block_model, feature_width, require_body
 from fedshare.strategies._identifier import ClientIdentifier, train_identifier
@@ -108,57 +118,24 @@ class FedAA(FedAvg):
         "weight_decay": 0.0,
     }
 
-    second_epochs: int = 1
-    adv_per_label: int = 32
-    adv_init_std: float = 1.0
-    adv_solver: str = "auto"
-    adv_max_iter: int = 100
-    finetune: bool = True
-    finetune_epochs: int = 10
-    finetune_lr: float | None = None
-    finetune_batch_size: int = 256
-    identifier: bool = True
-    identifier_hidden: int = 512
-    identifier_epochs: int = 10
-    identifier_batch_size: int = 256
-    identifier_lr: float = 4e-4
-    identifier_betas: list[float] = field(default_factory=lambda: [0.5, 0.9])
-    adv_loss_weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        positive = {
-            "second_epochs": self.second_epochs,
-            "adv_per_label": self.adv_per_label,
-            "adv_max_iter": self.adv_max_iter,
-            "finetune_batch_size": self.finetune_batch_size,
-            "identifier_hidden": self.identifier_hidden,
-            "identifier_batch_size": self.identifier_batch_size,
-        }
-        for key, value in positive.items():
-            if value < 1:
-                raise FedshareError(f"strategy.{key}={value} must be >= 1")
-        for key in ("finetune_epochs", "identifier_epochs"):
-            if getattr(self, key) < 0:
-                raise FedshareError(f"strategy.{key}={getattr(self, key)} must be >= 0")
-        if self.adv_solver not in ("auto", *SOLVERS):
-            raise FedshareError(
-                f"strategy.adv_solver={self.adv_solver!r} is not a solver; valid: auto, "
-                f"{', '.join(SOLVERS)}"
-            )
-        if self.finetune_lr is not None and self.finetune_lr <= 0:
-            raise FedshareError(
-                f"strategy.finetune_lr={self.finetune_lr} must be > 0, or null for the local "
-                f"learning rate"
-            )
-        if self.adv_loss_weight < 0 or self.adv_init_std <= 0:
-            raise FedshareError(
-                f"strategy.adv_loss_weight={self.adv_loss_weight} must be >= 0 and "
-                f"strategy.adv_init_std={self.adv_init_std} > 0"
-            )
-        if len(self.identifier_betas) != 2:
-            raise FedshareError(
-                f"strategy.identifier_betas={list(self.identifier_betas)} must be two numbers"
-            )
+    second_epochs: int = ruled(1, replace(EPOCHS, low=1))
+    adv_per_label: int = ruled(32, Rule(low=1, high=10_000))
+    adv_init_std: float = ruled(1.0, POSITIVE)
+    adv_solver: str = ruled("auto", Rule(choices=("auto", *SOLVERS)))
+    adv_max_iter: int = ruled(100, replace(STEPS, low=1))
+    finetune: bool = ruled(True, ANY)
+    finetune_epochs: int = ruled(10, EPOCHS)
+    finetune_lr: float | None = ruled(None, replace(POSITIVE, optional=True))
+    finetune_batch_size: int = ruled(256, SIZE)
+    identifier: bool = ruled(True, ANY)
+    identifier_hidden: int = ruled(512, WIDTH)
+    identifier_epochs: int = ruled(10, EPOCHS)
+    identifier_batch_size: int = ruled(256, SIZE)
+    identifier_lr: float = ruled(4e-4, POSITIVE)
+    identifier_betas: list[float] = ruled(
+        rule=Rule(low=0, high=1, high_open=True, length=2), default_factory=lambda: [0.5, 0.9]
+    )
+    adv_loss_weight: float = ruled(1.0, NON_NEGATIVE)
 
     # ------------------------------------------------------------------ both sides
     def _identifier_module(

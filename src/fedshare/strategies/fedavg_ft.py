@@ -11,12 +11,13 @@ the run's `train` settings at the round's learning rate.
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from fedshare.config.rules import EPOCHS, ruled
 from fedshare.engine.optim import learning_rate
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.errors import FedshareError
 from fedshare.models.base import as_block_model, require_body
+from fedshare.strategies._central import train_central
 from fedshare.strategies.base import SetupContext, Update, register_strategy
-from fedshare.strategies.central import train_central
 from fedshare.strategies.fedavg import FedAvg
 
 
@@ -25,12 +26,10 @@ from fedshare.strategies.fedavg import FedAvg
 class FedAvgFT(FedAvg):
     """FedAvg whose aggregated model's head is fine-tuned on the server's labelled data."""
 
-    head_epochs: int = 5
+    head_epochs: int = ruled(5, EPOCHS)
     """Epochs of head re-training per round (0: plain FedAvg)."""
 
     def setup(self, ctx: SetupContext) -> None:
-        if self.head_epochs < 0:
-            raise FedshareError(f"strategy.head_epochs={self.head_epochs} must be >= 0")
         require_body(ctx.model, self.name)
         if ctx.data.server_indices is None or not ctx.data.server_labelled:
             raise FedshareError(

@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedshare.config.rules import ANY, COUNT, POSITIVE, Rule, ruled
 from fedshare.engine.rng import torch_generator
-from fedshare.errors import FedshareError, choices_message
 from fedshare.strategies._feature_heads import IterateAverage, head_from_vector, head_vector
 from fedshare.strategies._server_distillation import ProbabilityMean, ServerDistillation
 from fedshare.strategies.base import register_strategy
@@ -75,28 +75,13 @@ def dirichlet_heads(
 class FedBE(ServerDistillation):
     """Clients' heads + mean + Gaussian/Dirichlet samples, mean softmax distilled with SWA."""
 
-    samples: int = 15
-    posterior: str = "both"
-    dirichlet_alpha: float = 1.0
-    swa: bool = True
-    swa_start: float = 0.3
+    samples: int = ruled(15, Rule(low=0, high=10_000))
+    posterior: str = ruled("both", Rule(choices=POSTERIORS))
+    dirichlet_alpha: float = ruled(1.0, POSITIVE)
+    swa: bool = ruled(True, ANY)
+    swa_start: float = ruled(0.3, Rule(low=0, high=1, high_open=True))
     """Fraction of the distillation steps before the first averaged iterate."""
-    swa_every: int = 25
-
-    def __post_init__(self) -> None:
-        if self.samples < 0:
-            raise FedshareError(f"strategy.samples={self.samples} must be >= 0")
-        if self.posterior not in POSTERIORS:
-            raise FedshareError(
-                choices_message("strategy.posterior", self.posterior, list(POSTERIORS))
-            )
-        if self.dirichlet_alpha <= 0:
-            raise FedshareError(f"strategy.dirichlet_alpha={self.dirichlet_alpha} must be > 0")
-        if not 0.0 <= self.swa_start < 1.0 or self.swa_every < 1:
-            raise FedshareError(
-                f"strategy.swa_start={self.swa_start} must be in [0, 1) and "
-                f"strategy.swa_every={self.swa_every} >= 1"
-            )
+    swa_every: int = ruled(25, COUNT)
 
     def sample_counts(self) -> tuple[int, int]:
         """(Gaussian, Dirichlet) sample counts for `posterior`."""

@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import ANY, NON_NEGATIVE, POSITIVE, SIZE, WIDTH, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.engine.training import shuffled_positions
-from fedshare.errors import FedshareError
 from fedshare.functional.losses import soft_cross_entropy
 from fedshare.models.base import BlockModel, as_block_model, feature_width, require_body
 from fedshare.strategies._local import train_local
@@ -71,27 +71,16 @@ class FedBR(MeanSharing):
     """Label-free shared means; min–max local training with a per-client discriminator."""
 
     shares_labels = False
-    sharers: int = 10
-    pool_items: int = 32
-    mu: float = 0.5
-    lam: float = 0.8
-    gamma: float = 1.0
-    tau1: float = 2.0
-    tau2: float = 2.0
-    mix_local: bool = True
-    disc_hidden: int = 256
-    disc_dim: int = 512
-
-    def __post_init__(self) -> None:
-        for name in ("sharers", "pool_items", "disc_hidden", "disc_dim"):
-            if getattr(self, name) < 1:
-                raise FedshareError(f"strategy.{name}={getattr(self, name)} must be at least 1")
-        for name in ("mu", "lam", "gamma"):
-            if getattr(self, name) < 0:
-                raise FedshareError(f"strategy.{name}={getattr(self, name)} must be >= 0")
-        for name in ("tau1", "tau2"):
-            if getattr(self, name) <= 0:
-                raise FedshareError(f"strategy.{name}={getattr(self, name)} must be > 0")
+    sharers: int = ruled(10, SIZE)
+    pool_items: int = ruled(32, SIZE)
+    mu: float = ruled(0.5, NON_NEGATIVE)
+    lam: float = ruled(0.8, NON_NEGATIVE)
+    gamma: float = ruled(1.0, NON_NEGATIVE)
+    tau1: float = ruled(2.0, POSITIVE)
+    tau2: float = ruled(2.0, POSITIVE)
+    mix_local: bool = ruled(True, ANY)
+    disc_hidden: int = ruled(256, WIDTH)
+    disc_dim: int = ruled(512, WIDTH)
 
     # ------------------------------------------------------------------ round 0: the pool
     def phases(self) -> list[Phase]:

@@ -11,15 +11,16 @@ replacement; `share_with_replacement=true` restores it), the same choice as FLea
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
+from fedshare.config.rules import ANY, FRACTION, SIZE, ruled
 from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client, Samples
 from fedshare.strategies._local import train_local, train_stacked
-from fedshare.strategies._sharing import OneShotSharing, check_fraction, fixed_subset
+from fedshare.strategies._sharing import OneShotSharing, fixed_subset
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 
 
@@ -28,12 +29,11 @@ from fedshare.strategies.base import Message, SetupContext, Update, register_str
 class FedData(OneShotSharing):
     """Raw-data sharing: the α-subsets of all clients are added to every client's data."""
 
-    share_fraction: float = 0.1
-    share_with_replacement: bool = False
-    share_min_samples: int = 0
+    share_fraction: float = ruled(0.1, FRACTION)
+    share_with_replacement: bool = ruled(False, ANY)
+    share_min_samples: int = ruled(0, replace(SIZE, low=0))
 
     def setup(self, ctx: SetupContext) -> None:
-        check_fraction("share_fraction", self.share_fraction)
         super().setup(ctx)
 
     def positions(self, seed: int, client_id: int, n: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshare.errors import FedshareError
+from fedshare.config.rules import NON_NEGATIVE, ruled
 from fedshare.functional.losses import decorrelation_loss
 from fedshare.models.base import BlockModel, as_block_model, require_body
 from fedshare.strategies._local import LossFn
@@ -27,11 +27,7 @@ from fedshare.strategies.fedavg import FedAvg
 class FedDecorr(FedAvg):
     """CE + β·L_decorr(penultimate features); FedAvg aggregation."""
 
-    beta: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.beta < 0:
-            raise FedshareError(f"strategy.beta={self.beta} must be >= 0 (0 is FedAvg)")
+    beta: float = ruled(0.1, NON_NEGATIVE)
 
     def client_setup(self, ctx: ClientSetup) -> None:
         super().client_setup(ctx)

@@ -26,18 +26,20 @@ solver"; weight decay becomes part of L_k).
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 
+from fedshare.config.rules import POSITIVE, Rule, ruled
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.batched import Rows
 from fedshare.engine.client import Client
-from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy, sent_weights
+
+MEANS = ("samples", "plain")
 
 
 @register_strategy("feddyn")
@@ -45,19 +47,9 @@ from fedshare.strategies.base import Message, SetupContext, Update, register_str
 class FedDyn(ParamVectorStrategy):
     """FedDyn with the dynamic regulariser of weight `alpha` (> 0)."""
 
-    alpha: float = 1e-2
-    mean: str = "samples"
+    alpha: float = ruled(1e-2, POSITIVE)
+    mean: str = ruled("samples", Rule(choices=MEANS))
     """samples: the cohort's models weighted by n_k (FedAvg's); plain: (1/|S|)·Σ (the paper)."""
-
-    MEANS: ClassVar[tuple[str, ...]] = ("samples", "plain")
-
-    def __post_init__(self) -> None:
-        if self.alpha <= 0:
-            raise FedshareError(
-                f"strategy.alpha={self.alpha} must be > 0 (the server divides h by alpha)"
-            )
-        if self.mean not in self.MEANS:
-            raise FedshareError(f"strategy.mean={self.mean!r} is not one of {list(self.MEANS)}")
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

@@ -48,11 +48,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from fedshare.config.rules import NON_NEGATIVE, SIZE, STEPS, WIDTH, ruled
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
 from fedshare.engine.rng import seed_global_torch, torch_generator
-from fedshare.errors import FedshareError
 from fedshare.functional.generative import diversity_loss, ensemble_cross_entropy
 from fedshare.models.base import BlockModel, as_block_model, feature_width, require_body
 from fedshare.strategies._local import train_stacked
@@ -97,22 +97,12 @@ def head_prefix(model: nn.Module) -> str:
 class FedGen(ServerGenerator[LatentGenerator]):
     """FedAvg plus a latent generator trained on the clients' heads (module docstring)."""
 
-    noise_dim: int = 32
-    hidden: int = 256
-    generator_steps: int = 50
-    generator_batch: int = 32
-    diversity_weight: float = 1.0
-    gen_weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name in ("noise_dim", "hidden", "generator_batch"):
-            if getattr(self, name) < 1:
-                raise FedshareError(f"strategy.{name}={getattr(self, name)} must be at least 1")
-        for name in ("generator_steps", "diversity_weight", "gen_weight"):
-            if getattr(self, name) < 0:
-                raise FedshareError(f"strategy.{name}={getattr(self, name)} must be >= 0")
-        if self.generator_lr <= 0:
-            raise FedshareError(f"strategy.generator_lr={self.generator_lr} must be positive")
+    noise_dim: int = ruled(32, WIDTH)
+    hidden: int = ruled(256, WIDTH)
+    generator_steps: int = ruled(50, STEPS)
+    generator_batch: int = ruled(32, SIZE)
+    diversity_weight: float = ruled(1.0, NON_NEGATIVE)
+    gen_weight: float = ruled(1.0, NON_NEGATIVE)
 
     def _generator(
         self, model: nn.Module, num_classes: int, shape: tuple[int, ...], seed: int

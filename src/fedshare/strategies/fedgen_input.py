@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import NON_NEGATIVE, SIZE, STEPS, WIDTH, ruled
 from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
 from fedshare.engine.rng import seed_global_torch, torch_generator
@@ -92,23 +93,13 @@ class Generator(nn.Module):
 class FedGenInput(ServerGenerator[Generator]):
     """FedAvg, then a server-trained conditional generator whose samples join local training."""
 
-    warmup_rounds: int = 30
-    noise_dim: int = 32
-    width: int = 32
-    generator_steps: int = 50
-    generator_batch: int = 32
-    diversity_weight: float = 1.0
-    gen_weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name in ("noise_dim", "width", "generator_batch"):
-            if getattr(self, name) < 1:
-                raise FedshareError(f"strategy.{name}={getattr(self, name)} must be at least 1")
-        for name in ("warmup_rounds", "generator_steps", "diversity_weight", "gen_weight"):
-            if getattr(self, name) < 0:
-                raise FedshareError(f"strategy.{name}={getattr(self, name)} must be >= 0")
-        if self.generator_lr <= 0:
-            raise FedshareError(f"strategy.generator_lr={self.generator_lr} must be positive")
+    warmup_rounds: int = ruled(30, NON_NEGATIVE)
+    noise_dim: int = ruled(32, WIDTH)
+    width: int = ruled(32, WIDTH)
+    generator_steps: int = ruled(50, STEPS)
+    generator_batch: int = ruled(32, SIZE)
+    diversity_weight: float = ruled(1.0, NON_NEGATIVE)
+    gen_weight: float = ruled(1.0, NON_NEGATIVE)
 
     def _generator(
         self, model: nn.Module, num_classes: int, input_shape: tuple[int, ...], seed: int

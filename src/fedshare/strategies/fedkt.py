@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshare.strategies._server_distillation import ServerDistillation
+from fedshare.config.rules import Rule, ruled
+from fedshare.strategies._server_distillation import STUDENT_INITS, ServerDistillation
 from fedshare.strategies.base import register_strategy
 
 
@@ -30,7 +31,7 @@ def majority_vote(votes: torch.Tensor, num_classes: int) -> torch.Tensor:
 class FedKT(ServerDistillation):
     """Majority vote of the clients' heads on server inputs, learnt as hard labels."""
 
-    student_init: str = "fresh"
+    student_init: str = ruled("fresh", Rule(choices=STUDENT_INITS))
 
     def teachers(self, heads: list[tuple[torch.Tensor, float]]) -> list[nn.Module]:
         return self.client_heads(heads)

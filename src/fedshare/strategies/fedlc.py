@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedshare.errors import FedshareError
+from fedshare.config.rules import NON_NEGATIVE, Rule, ruled
 from fedshare.functional.calibration import logit_adjustment
 from fedshare.strategies._calibrated import CalibratedFedAvg
 from fedshare.strategies.base import register_strategy
@@ -21,15 +21,8 @@ from fedshare.strategies.base import register_strategy
 class FedLC(CalibratedFedAvg):
     """Local loss CE(z − τ·n^{−1/4}, y); server: sample-weighted FedAvg."""
 
-    tau: float = 1.0
-    missing_count: float = 1e-9
-
-    def __post_init__(self) -> None:
-        if self.tau < 0 or self.missing_count <= 0:
-            raise FedshareError(
-                f"strategy fedlc needs tau >= 0 and missing_count > 0, got tau={self.tau}, "
-                f"missing_count={self.missing_count}"
-            )
+    tau: float = ruled(1.0, NON_NEGATIVE)
+    missing_count: float = ruled(1e-9, Rule(low=0, low_open=True, high=1e6))
 
     def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         return logits + logit_adjustment(counts, self.tau, self.missing_count)

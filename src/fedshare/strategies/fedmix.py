@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import ANY, NON_NEGATIVE, POSITIVE, Rule, ruled
 from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
 from fedshare.engine.rng import numpy_rng
 from fedshare.engine.training import shuffled_positions
-from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.losses import soft_cross_entropy
 from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
 from fedshare.strategies._local import train_local, train_stacked
@@ -88,20 +88,14 @@ def fedmix_loss(
 class FedMix(MeanSharing):
     """Mix-up of local inputs with globally shared mini-batch means (inputs and labels)."""
 
-    form: str = "fedmix"
-    beta_a: float = 2.0
-    beta_per_sample: bool = False
-    local_ce_weight: float = 0.0
-    mix_lambda: float = 0.05
+    form: str = ruled("fedmix", Rule(choices=FORMS))
+    beta_a: float = ruled(2.0, POSITIVE)
+    beta_per_sample: bool = ruled(False, ANY)
+    local_ce_weight: float = ruled(0.0, NON_NEGATIVE)
+    mix_lambda: float = ruled(0.05, Rule(low=0, high=1, high_open=True))
     """λ of `naivemix` / `fedmix` (FedMix's CIFAR-10 values: 0.1 NaiveMix, 0.05 FedMix)."""
 
     def setup(self, ctx: SetupContext) -> None:
-        if self.form not in FORMS:
-            raise FedshareError(choices_message("strategy.form", self.form, list(FORMS)))
-        if self.beta_a <= 0:
-            raise FedshareError(f"strategy.beta_a={self.beta_a} must be positive")
-        if not 0.0 <= self.mix_lambda < 1.0:
-            raise FedshareError(f"strategy.mix_lambda={self.mix_lambda} must be in [0, 1)")
         super().setup(ctx)
 
     def client_update(self, client: Client, message: Message) -> Update:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshare.errors import FedshareError
+from fedshare.config.rules import NON_NEGATIVE, POSITIVE, ruled
 from fedshare.functional.losses import not_true_distillation
 from fedshare.strategies._local import LossFn
 from fedshare.strategies.base import ClientSetup, Message, register_strategy
@@ -26,14 +26,8 @@ from fedshare.strategies.fedavg import FedAvg
 class FedNTD(FedAvg):
     """CE + β·not-true distillation from the frozen global model; FedAvg aggregation."""
 
-    beta: float = 1.0
-    tau: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.beta < 0:
-            raise FedshareError(f"strategy.beta={self.beta} must be >= 0 (0 is FedAvg)")
-        if self.tau <= 0:
-            raise FedshareError(f"strategy.tau={self.tau} must be > 0 (the temperature)")
+    beta: float = ruled(1.0, NON_NEGATIVE)
+    tau: float = ruled(1.0, POSITIVE)
 
     def client_setup(self, ctx: ClientSetup) -> None:
         """A scratch copy of the model holds the frozen global model of each round."""

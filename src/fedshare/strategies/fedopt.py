@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedshare.errors import FedshareError
+from fedshare.config.rules import NON_NEGATIVE, POSITIVE, Rule, ruled
 from fedshare.strategies.base import SetupContext, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
 
@@ -81,10 +81,8 @@ class _ServerOptimizer(FedAvg):
         for name in self.state_names:
             setattr(self, name, state[name].to(getattr(self, name).device))
 
-
-def _check_decay(key: str, value: float) -> None:
-    if not 0 <= value < 1:
-        raise FedshareError(f"strategy.{key}={value} must be in [0, 1)")
+DECAY = Rule(low=0, high=1, high_open=True)
+"""A decay or momentum factor: [0, 1)."""
 
 
 @dataclass
@@ -93,17 +91,10 @@ class _FedOpt(_ServerOptimizer):
 
     state_names: ClassVar[tuple[str, ...]] = ("m", "v")
 
-    eta: float = 0.01
-    beta1: float = 0.9
-    tau: float = 1e-3
-    v0: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if self.eta <= 0:
-            raise FedshareError(f"strategy.eta={self.eta} must be > 0 (the server learning rate)")
-        _check_decay("beta1", self.beta1)
-        if self.tau < 0 or self.v0 < 0:
-            raise FedshareError(f"strategy.tau={self.tau} and v0={self.v0} must be >= 0")
+    eta: float = ruled(0.01, POSITIVE)
+    beta1: float = ruled(0.9, DECAY)
+    tau: float = ruled(1e-3, NON_NEGATIVE)
+    v0: float = ruled(1e-6, NON_NEGATIVE)
 
     def init_state(self, size: int, device: torch.device) -> None:
         self.m = torch.zeros(size, device=device)
@@ -122,11 +113,7 @@ class _FedOpt(_ServerOptimizer):
 class _FedOptDecay(_FedOpt):
     """Alg. 2's members with a second-moment decay β2 (FedAdam, FedYogi)."""
 
-    beta2: float = 0.99
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_decay("beta2", self.beta2)
+    beta2: float = ruled(0.99, DECAY)
 
 
 @register_strategy("fedadagrad")
@@ -164,15 +151,8 @@ class FedAvgM(_ServerOptimizer):
 
     state_names: ClassVar[tuple[str, ...]] = ("velocity",)
 
-    server_lr: float = 1.0
-    momentum: float = 0.9
-
-    def __post_init__(self) -> None:
-        if self.server_lr <= 0:
-            raise FedshareError(
-                f"strategy.server_lr={self.server_lr} must be > 0 (the server learning rate)"
-            )
-        _check_decay("momentum", self.momentum)
+    server_lr: float = ruled(1.0, POSITIVE)
+    momentum: float = ruled(0.9, DECAY)
 
     def init_state(self, size: int, device: torch.device) -> None:
         self.velocity = torch.zeros(size, device=device)

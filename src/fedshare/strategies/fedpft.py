@@ -31,19 +31,20 @@ checked per pair (`dp_check`, default on; off reproduces the paper's unchecked �
 """
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
 
+from fedshare.config.rules import ANY, COMPONENTS, NON_NEGATIVE, POSITIVE, STEPS, Rule, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.optim import learning_rate
 from fedshare.engine.rng import torch_generator
-from fedshare.errors import FedshareError, choices_message
+from fedshare.errors import FedshareError
 from fedshare.functional.gmm import (
+    COVARIANCE_TYPES,
     WIRE_DTYPES,
     GaussianMixture,
-    check_covariance_type,
     component_params,
     fit_gmm,
     pack_mixtures,
@@ -51,6 +52,7 @@ from fedshare.functional.gmm import (
     unpack_mixtures,
 )
 from fedshare.privacy import dp
+from fedshare.privacy.dp import CALIBRATIONS, LOG_TERMS, REDUCTIONS
 from fedshare.strategies._feature_heads import (
     HEAD_TRAINING,
     FeatureClassifier,
@@ -108,82 +110,65 @@ class FedPFT(Strategy):
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
-    n_components: int = 10
-    covariance: str = "diag"
+    n_components: int = ruled(10, COMPONENTS)
+    covariance: str = ruled("diag", Rule(choices=COVARIANCE_TYPES))
     """full | diag | spherical (the families of Eq. 2)."""
-    client_components: list[int] | None = None
+    client_components: list[int] | None = ruled(
+        None, replace(COMPONENTS, numbers=True, optional=True)
+    )
     """Per-client K (client k uses entry k mod length); None: every client uses n_components."""
-    small_class_policy: str = "drop"
-    reg_covar: float = 1e-6
-    tol: float = 1e-3
-    max_iter: int = 100
-    synthetic_multiplier: float = 1.0
+    small_class_policy: str = ruled("drop", Rule(choices=SMALL_CLASS_POLICIES))
+    reg_covar: float = ruled(1e-6, NON_NEGATIVE)
+    tol: float = ruled(1e-3, NON_NEGATIVE)
+    max_iter: int = ruled(100, replace(STEPS, low=1))
+    synthetic_multiplier: float = ruled(1.0, Rule(low=0, low_open=True, high=1_000))
     """Synthetic samples per mixture = round(n_{i,c} · multiplier), at least 1."""
-    wire_dtype: str = "float16"
+    wire_dtype: str = ruled("float16", Rule(choices=tuple(WIRE_DTYPES)))
     """float16 (the paper) | float32 | float64: precision of the uploaded parameters."""
-    l2_normalize: bool = False
+    l2_normalize: bool = ruled(False, ANY)
     """L2-normalise the features (train and test); always on with dp."""
-    dp: bool = False
-    dp_epsilon: float = 1.0
-    dp_delta: float | None = None
+    dp: bool = ruled(False, ANY)
+    dp_epsilon: float = ruled(1.0, POSITIVE)
+    dp_delta: float | None = ruled(
+        None, Rule(low=0, high=1, low_open=True, high_open=True, optional=True)
+    )
     """None: 1/n_{i,c} (the paper's setting)."""
-    dp_log_term: str = "4/delta"
+    dp_log_term: str = ruled("4/delta", Rule(choices=LOG_TERMS))
     """Theorem 4.1's ln(4/δ) or the proof's ln(2/δ) (Appendix B)."""
-    dp_calibration: str = "paper"
+    dp_calibration: str = ruled("paper", Rule(choices=CALIBRATIONS))
     """paper (Theorem 4.1's σ) | analytic (Balle & Wang's analytic Gaussian mechanism)."""
-    dp_reduction: str = "raw"
+    dp_reduction: str = ruled("raw", Rule(choices=REDUCTIONS))
     """raw (unprojected noisy Σ: unbiased, the default) | projected: how diag and
     spherical read the private covariance (full is always projected)."""
-    dp_check: bool = True
+    dp_check: bool = ruled(True, ANY)
     """Stop when the paper's σ fails the exact (ε, δ) condition (False: the paper's behaviour)."""
 
     # ------------------------------------------------------------------ setup
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        self.check_params()
         self.head = linear_head(ctx.model)
         self._summary: dict[str, Any] = {}
 
-    def check_params(self) -> None:
-        check_covariance_type(self.covariance)
+    def check(self) -> None:
+        """DP-FedPFT (§2.5) is defined for one Gaussian per class, and its privacy budget,
+        log term and calibration must give a noise scale."""
+        super().check()
+        if not self.dp:
+            return
         ks = [self.n_components, *(self.client_components or [])]
-        if min(ks) < 1:
-            raise FedshareError(f"strategy n_components/client_components {ks} must all be >= 1")
-        if self.small_class_policy not in SMALL_CLASS_POLICIES:
+        if max(ks) != 1:
             raise FedshareError(
-                choices_message(
-                    "strategy.small_class_policy",
-                    self.small_class_policy,
-                    list(SMALL_CLASS_POLICIES),
-                )
+                f"DP-FedPFT is defined for one Gaussian per class (§2.5): set "
+                f"strategy.n_components=1, got {ks}"
             )
-        if self.wire_dtype not in WIRE_DTYPES:
-            raise FedshareError(
-                choices_message("strategy.wire_dtype", self.wire_dtype, list(WIRE_DTYPES))
-            )
-        if self.synthetic_multiplier <= 0 or self.reg_covar < 0 or self.max_iter < 1:
-            raise FedshareError(
-                f"strategy.synthetic_multiplier={self.synthetic_multiplier} must be positive, "
-                f"reg_covar={self.reg_covar} non-negative and max_iter={self.max_iter} >= 1"
-            )
-        if self.dp:
-            if max(ks) != 1:
-                raise FedshareError(
-                    f"DP-FedPFT is defined for one Gaussian per class (its Section 4.3): set "
-                    f"strategy.n_components=1, got {ks}"
-                )
-            dp.noise_std(
-                10,
-                self.dp_epsilon,
-                self.dp_delta or 0.1,
-                self.dp_log_term,
-                self.dp_calibration,
-                check=False,
-            )  # validates the budget, log term and calibration; the (ε, δ) check needs n
-            if self.dp_reduction not in dp.REDUCTIONS:
-                raise FedshareError(
-                    choices_message("strategy.dp_reduction", self.dp_reduction, list(dp.REDUCTIONS))
-                )
+        dp.noise_std(
+            10,
+            self.dp_epsilon,
+            self.dp_delta or 0.1,
+            self.dp_log_term,
+            self.dp_calibration,
+            check=False,
+        )  # validates the budget, log term and calibration; the (ε, δ) check needs n
 
     @property
     def normalize(self) -> bool:
@@ -346,6 +331,6 @@ class FedPFT(Strategy):
 class DPFedPFT(FedPFT):
     """DP-FedPFT (Section 4.3): one spherical Gaussian per (client, class), (ε = 1, δ = 1/n)-DP."""
 
-    n_components: int = 1
-    covariance: str = "spherical"
-    dp: bool = True
+    n_components: int = ruled(1, COMPONENTS)
+    covariance: str = ruled("spherical", Rule(choices=COVARIANCE_TYPES))
+    dp: bool = ruled(True, ANY)

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from fedshare.config.rules import ANY, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.evaluation import evaluate
 from fedshare.engine.rng import torch_generator
@@ -54,13 +55,16 @@ class FedPFTChain(FedPFT):
 
     clients_in_order = True
 
-    forward_missing: bool = True
-    report_local: bool = False
+    forward_missing: bool = ruled(True, ANY)
+    report_local: bool = ruled(False, ANY)
+
+    def check(self) -> None:
+        if self.dp:
+            raise FedshareError("strategy fedpft_chain does not offer DP; use dp_fedpft")
+        super().check()
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        if self.dp:
-            raise FedshareError("strategy fedpft_chain does not offer DP; use dp_fedpft")
         clients = ctx.config.clients
         n = ctx.data.num_clients
         if clients.fraction < 1.0 or clients.per_round not in (None, n):

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedshare.config.rules import NON_NEGATIVE, Rule, ruled
 from fedshare.engine.batched import Rows
 from fedshare.engine.client import Client
-from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_stacked
 from fedshare.strategies.base import Message, Update, register_strategy
 from fedshare.strategies.fedavg import FedAvg
@@ -66,16 +66,8 @@ class FedProx(FedAvg):
     """The proximal gradient (`add_proximal_grad_`) is added to each parameter's gradient after
     backward, which equals differentiating the penalty without building it into the graph."""
 
-    mu: float = 0.01
-    norm: str = "squared"
-
-    def __post_init__(self) -> None:
-        if self.mu < 0:
-            raise FedshareError(f"strategy.mu={self.mu} must be >= 0 (0 is FedAvg)")
-        if self.norm not in NORMS:
-            raise FedshareError(
-                f"strategy.norm={self.norm!r} is not a FedProx norm; valid: {', '.join(NORMS)}"
-            )
+    mu: float = ruled(0.01, NON_NEGATIVE)
+    norm: str = ruled("squared", Rule(choices=NORMS))
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)

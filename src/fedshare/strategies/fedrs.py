@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedshare.errors import FedshareError
+from fedshare.config.rules import FRACTION, ruled
 from fedshare.functional.calibration import restricted_logits
 from fedshare.strategies._calibrated import CalibratedFedAvg
 from fedshare.strategies.base import register_strategy
@@ -20,11 +20,7 @@ from fedshare.strategies.base import register_strategy
 class FedRS(CalibratedFedAvg):
     """Local loss CE(z ⊙ s, y) with s_c = 1 for local classes and α otherwise; FedAvg server."""
 
-    alpha: float = 0.5
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.alpha <= 1.0:
-            raise FedshareError(f"strategy.alpha={self.alpha} of fedrs must be in [0, 1]")
+    alpha: float = ruled(0.5, FRACTION)
 
     def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         return restricted_logits(logits, counts > 0, self.alpha)

@@ -31,13 +31,14 @@ running best accuracy includes the warm-up round's model.
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import ANY, FRACTION, NON_NEGATIVE, POSITIVE, SIZE, Rule, ruled
 from fedshare.engine.batched import Batch, StackedLoss
 from fedshare.engine.client import Client
 from fedshare.engine.rng import numpy_rng
@@ -49,7 +50,7 @@ from fedshare.models.base import BlockModel, as_block_model, require_body
 from fedshare.privacy.dcor import VARIANTS, distance_correlation, mean_distance_correlation
 from fedshare.privacy.exposure import ExposureTracker
 from fedshare.strategies._local import train_local, train_stacked
-from fedshare.strategies._sharing import check_fraction, fixed_subset
+from fedshare.strategies._sharing import fixed_subset
 from fedshare.strategies.base import (
     ClientSetup,
     Message,
@@ -94,58 +95,39 @@ class FLea(Strategy):
         "lr_floor": 1e-4,
     }
 
-    share_fraction: float = 0.1
-    share_with_replacement: bool = False
-    share_min_samples: int = 10
-    share_features: bool = True
+    share_fraction: float = ruled(0.1, FRACTION)
+    share_with_replacement: bool = ruled(False, ANY)
+    share_min_samples: int = ruled(10, replace(SIZE, low=0))
+    share_features: bool = ruled(True, ANY)
     """False: no buffer is ever built ("FLea without mix-up", Section 4.3.1: local CE + dCor
     only)."""
-    split_layer: int | None = None
+    split_layer: int | None = ruled(None, Rule(low=0, optional=True))
     """Blocks in the extractor θ[:l]; None = the model's FLea split (`flea_layer`)."""
-    allow_penultimate_split: bool = False
+    allow_penultimate_split: bool = ruled(False, ANY)
     """Allow l = the head's input (λ2 was tuned for early layers; there it ruins accuracy)."""
-    beta_a: float = 2.0
-    beta_per_sample: bool = True
-    local_ce_weight: float = 1.0
-    mix_ce_weight: float = 1.0
-    kd_weight: float = 1.0
-    kd_input: str = "buffer"
-    kd_direction: str = "teacher_to_student"
-    kd_temperature: float = 1.0
-    dcor_weight: float = 3.0
-    dcor_schedule: str = "linear"
-    dcor_decay: float = 0.1
-    dcor_floor: float = 1.0
-    dcor_variant: str = "code"
-    warmup: bool = True
-    warmup_epoch_multiplier: int = 3
-    warmup_kd_weight: float = 0.5
-    warmup_dcor_weight: float = 3.0
-    extract_bn_mode: str = "eval"
-    metric_chunk: int = 32
+    beta_a: float = ruled(2.0, POSITIVE)
+    beta_per_sample: bool = ruled(True, ANY)
+    local_ce_weight: float = ruled(1.0, NON_NEGATIVE)
+    mix_ce_weight: float = ruled(1.0, NON_NEGATIVE)
+    kd_weight: float = ruled(1.0, NON_NEGATIVE)
+    kd_input: str = ruled("buffer", Rule(choices=KD_INPUTS))
+    kd_direction: str = ruled("teacher_to_student", Rule(choices=KD_DIRECTIONS))
+    kd_temperature: float = ruled(1.0, POSITIVE)
+    dcor_weight: float = ruled(3.0, NON_NEGATIVE)
+    dcor_schedule: str = ruled("linear", Rule(choices=DCOR_SCHEDULES))
+    dcor_decay: float = ruled(0.1, NON_NEGATIVE)
+    dcor_floor: float = ruled(1.0, NON_NEGATIVE)
+    dcor_variant: str = ruled("code", Rule(choices=VARIANTS))
+    warmup: bool = ruled(True, ANY)
+    warmup_epoch_multiplier: int = ruled(3, Rule(low=1, high=100))
+    warmup_kd_weight: float = ruled(0.5, NON_NEGATIVE)
+    warmup_dcor_weight: float = ruled(3.0, NON_NEGATIVE)
+    extract_bn_mode: str = ruled("eval", Rule(choices=BN_MODES))
+    metric_chunk: int = ruled(32, SIZE)
     """Chunk size of the shared-activation dCor metric (dCor's bias depends on n)."""
 
     # ------------------------------------------------------------------ setup
-    def _check(self) -> None:
-        check_fraction("share_fraction", self.share_fraction)
-        for key, value, valid in (
-            ("kd_input", self.kd_input, KD_INPUTS),
-            ("kd_direction", self.kd_direction, KD_DIRECTIONS),
-            ("dcor_schedule", self.dcor_schedule, DCOR_SCHEDULES),
-            ("dcor_variant", self.dcor_variant, VARIANTS),
-            ("extract_bn_mode", self.extract_bn_mode, BN_MODES),
-        ):
-            if value not in valid:
-                raise FedshareError(choices_message(f"strategy.{key}", value, list(valid)))
-        if self.beta_a <= 0:
-            raise FedshareError(f"strategy.beta_a={self.beta_a} must be positive")
-        if self.warmup_epoch_multiplier < 1:
-            raise FedshareError(
-                f"strategy.warmup_epoch_multiplier={self.warmup_epoch_multiplier} must be >= 1"
-            )
-
     def setup(self, ctx: SetupContext) -> None:
-        self._check()
         super().setup(ctx)
         model = ctx.model
         if not hasattr(model, "encode") or not hasattr(model, "num_blocks"):

@@ -18,15 +18,16 @@ distillation epochs (the last epoch is kept).
 
 import copy
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from fedshare.config.rules import ANY, POSITIVE, Rule, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
-from fedshare.errors import FedshareError, choices_message
+from fedshare.errors import FedshareError
 from fedshare.functional.gmm import WIRE_DTYPES
 from fedshare.strategies._feature_heads import (
     HEAD_TRAINING,
@@ -67,25 +68,16 @@ class KnowledgeDistillation(HeadBudget, Strategy):
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
-    temperatures: list[float] = field(default_factory=lambda: [1.0, 5.0, 10.0])
-    val_fraction: float = 0.2
-    head_dtype: str = "float16"
-    l2_normalize: bool = False
+    temperatures: list[float] = ruled(
+        rule=replace(POSITIVE, numbers=True, nonempty=True),
+        default_factory=lambda: [1.0, 5.0, 10.0],
+    )
+    val_fraction: float = ruled(0.2, Rule(low=0, high=1, low_open=True, high_open=True))
+    head_dtype: str = ruled("float16", Rule(choices=tuple(WIRE_DTYPES)))
+    l2_normalize: bool = ruled(False, ANY)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        if not self.temperatures or min(self.temperatures) <= 0:
-            raise FedshareError(
-                f"strategy.temperatures={self.temperatures} must be a non-empty list of "
-                f"positive temperatures"
-            )
-        if not 0.0 < self.val_fraction < 1.0:
-            raise FedshareError(f"strategy.val_fraction={self.val_fraction} must be in (0, 1)")
-        if self.head_dtype not in WIRE_DTYPES:
-            raise FedshareError(
-                choices_message("strategy.head_dtype", self.head_dtype, list(WIRE_DTYPES))
-            )
-        self.check_head_budget()
         n = ctx.data.num_clients
         if (
             n < 2

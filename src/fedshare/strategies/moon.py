@@ -29,13 +29,14 @@ FedAA's tables use μ = 5 for CIFAR-10 and 1 for CIFAR-100, set in its presets).
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import NON_NEGATIVE, POSITIVE, WIDTH, ruled
 from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
@@ -84,19 +85,9 @@ def contrastive_loss(
 class MOON(FedAvg):
     """CE + μ·ℓ_con against the global (positive) and previous local (negative) model."""
 
-    mu: float = 1.0
-    tau: float = 0.5
-    projection_dim: int = 0
-
-    def __post_init__(self) -> None:
-        if self.mu < 0:
-            raise FedshareError(f"strategy.mu={self.mu} must be >= 0 (0 is FedAvg)")
-        if self.tau <= 0:
-            raise FedshareError(f"strategy.tau={self.tau} must be > 0 (the temperature)")
-        if self.projection_dim < 0:
-            raise FedshareError(
-                f"strategy.projection_dim={self.projection_dim} must be >= 0 (0: no projection)"
-            )
+    mu: float = ruled(1.0, NON_NEGATIVE)
+    tau: float = ruled(0.5, POSITIVE)
+    projection_dim: int = ruled(0, replace(WIDTH, low=0))
 
     def _net(self, model: nn.Module, device: torch.device, seed: int) -> MoonNet:
         """`model` with the projection head (if any, initialised from the run's `seed`, so the

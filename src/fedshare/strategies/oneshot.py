@@ -1,4 +1,4 @@
-"""One-shot strategies whose server trains on data it holds, and the standalone baseline.
+"""One-shot strategies whose server trains on data it holds (XorMixFL's setting).
 
 Setting (XorMixFL, Shin et al. 2020, Sections 3 and 4): a server with base samples of its own and
 devices; one round; the server trains the global model centrally inside `aggregate`. The server's
@@ -7,18 +7,18 @@ data is the partition's server pseudo-client, `partition.info["server"]` (the `x
 The engine still visits the server pseudo-client as a client; it sends nothing.
 """
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
 
-from fedshare.engine.client import Client
+from fedshare.config.rules import EPOCHS, ruled
 from fedshare.engine.optim import learning_rate
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.errors import FedshareError
-from fedshare.strategies.base import Message, SetupContext, Strategy, Update, register_strategy
-from fedshare.strategies.central import train_central
+from fedshare.strategies._central import train_central
+from fedshare.strategies.base import Message, SetupContext, Strategy
 
 
 @dataclass
@@ -37,14 +37,12 @@ class OneShotServer(Strategy):
     """The server's central training of XorMixFL's Table 2 (its preset; the paper gives no
     model nor optimizer)."""
 
-    server_epochs: int | None = None
+    server_epochs: int | None = ruled(None, replace(EPOCHS, optional=True))
     """Epochs of the server's central training (None: `train.local_epochs`, as Vanilla FL's;
     0 shares and measures without training)."""
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        if self.server_epochs is not None and self.server_epochs < 0:
-            raise FedshareError(f"strategy.server_epochs={self.server_epochs} must be >= 0")
         part = ctx.data.partition
         server = part.info.get("server")
         if server is None:
@@ -85,21 +83,3 @@ class OneShotServer(Strategy):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self._summary = dict(state.get("summary", {}))
-
-
-@register_strategy("standalone")
-@dataclass
-class Standalone(OneShotServer):
-    """Standalone ML (XorMixFL's Table 2 baseline): the server trains on its own data only.
-
-    Devices send nothing; the server's imbalanced base samples are the whole training set.
-    """
-
-    def client_update(self, client: Client, message: Message) -> Update:
-        return Update(client.id, 0)
-
-    def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
-        for _ in updates:
-            pass
-        x, y = self.server_data()
-        self.train_server(x, y, round_idx)

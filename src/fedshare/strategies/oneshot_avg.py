@@ -19,9 +19,9 @@ from typing import Any, ClassVar
 
 from torch import nn
 
+from fedshare.config.rules import ANY, Rule, ruled
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
-from fedshare.errors import FedshareError, choices_message
 from fedshare.functional.gmm import WIRE_DTYPES
 from fedshare.strategies._feature_heads import (
     HEAD_TRAINING,
@@ -49,23 +49,14 @@ class OneShotAverage(HeadBudget, HeadExchange, Strategy):  # type: ignore[overri
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
-    head_dtype: str = "float16"
-    l2_normalize: bool = False
-    weighting: str = "samples"
+    head_dtype: str = ruled("float16", Rule(choices=tuple(WIRE_DTYPES)))
+    l2_normalize: bool = ruled(False, ANY)
+    weighting: str = ruled("samples", Rule(choices=WEIGHTINGS))
     """samples (n_i-weighted, the default) | uniform (every client 1/I)."""
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        if self.head_dtype not in WIRE_DTYPES:
-            raise FedshareError(
-                choices_message("strategy.head_dtype", self.head_dtype, list(WIRE_DTYPES))
-            )
-        if self.weighting not in WEIGHTINGS:
-            raise FedshareError(
-                choices_message("strategy.weighting", self.weighting, list(WEIGHTINGS))
-            )
         self.check_topology(ctx)
-        self.check_head_budget()
         self.head = linear_head(ctx.model)
 
     def broadcast(self, round_idx: int) -> Message:

@@ -27,10 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import ANY, FRACTION, NON_NEGATIVE, Rule, ruled
 from fedshare.engine.client import Client
-from fedshare.errors import FedshareError, choices_message
+from fedshare.errors import FedshareError
 from fedshare.functional import prototypes as protos
-from fedshare.functional.calibration import check_eps, log_relaxed_prior
+from fedshare.functional.calibration import log_relaxed_prior
 from fedshare.models.base import BlockModel, require_body
 from fedshare.strategies._calibrated import client_class_counts
 from fedshare.strategies._local import train_local, train_stacked
@@ -63,25 +64,26 @@ def head_input_width(model: nn.Module, strategy: str) -> int:
 class ReBaFL(Strategy):
     """R-BSM local training + prototype-based classifier augmentation (Section 4)."""
 
-    eps: float = 0.01
-    mu: float = 0.1
-    lam: float = 1.0
-    refresh_own_prototypes: bool = True
-    prototype_memory: str = "none"
-    min_classes_for_aug: int = 2
-    client_eps: dict[str, float] | None = None
+    eps: float = ruled(0.01, FRACTION)
+    mu: float = ruled(0.1, NON_NEGATIVE)
+    lam: float = ruled(1.0, NON_NEGATIVE)
+    refresh_own_prototypes: bool = ruled(True, ANY)
+    prototype_memory: str = ruled("none", Rule(choices=MEMORY))
+    min_classes_for_aug: int = ruled(2, NON_NEGATIVE)
+    client_eps: dict[str, float] | None = ruled(None, ANY)
     """Optional per-client ε override, {client id: ε}; others use `eps`."""
 
+    def check(self) -> None:
+        """Each client's own ε (`client_eps`) lies in [0, 1], as `eps` does."""
+        super().check()
+        for client, value in (self.client_eps or {}).items():
+            if not str(client).isdigit() or not FRACTION.accepts(value):
+                raise FedshareError(
+                    f"strategy.client_eps.{client}={value!r} is not valid: it must be "
+                    f"{FRACTION.describe()}, keyed by a client's number"
+                )
+
     def setup(self, ctx: SetupContext) -> None:
-        check_eps(self.eps)
-        for value in (self.client_eps or {}).values():
-            check_eps(float(value))
-        if self.mu < 0:
-            raise FedshareError(f"strategy.mu={self.mu} must be non-negative")
-        if self.prototype_memory not in MEMORY:
-            raise FedshareError(
-                choices_message("strategy.prototype_memory", self.prototype_memory, list(MEMORY))
-            )
         self.dim = head_input_width(ctx.model, self.name)
         super().setup(ctx)
         self.num_classes = ctx.data.dataset.num_classes

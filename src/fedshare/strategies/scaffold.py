@@ -36,14 +36,16 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from fedshare.config.rules import ANY, NON_NEGATIVE, POSITIVE, Rule, ruled
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.batched import Rows, clip_rows
 from fedshare.engine.client import Client
-from fedshare.errors import FedshareError
 from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._optimizer import require_sgd
 from fedshare.strategies._param_vector import ParamVectorStrategy
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy, sent_weights
+
+CORRECTIONS = ("gradient", "after_step")
 
 
 @register_strategy("scaffold")
@@ -57,25 +59,13 @@ class Scaffold(ParamVectorStrategy):
     momentum 0.9 (the digits default) the run diverged in round 8, with Adam 1e-3 it stayed
     at chance (docs/baselines.md)."""
 
-    lr_global: float = 1.0
-    update_controls: bool = True
-    scale_c_by_fraction: bool = True
-    clip_norm: float = 0.0
-    correction: str = "gradient"
+    lr_global: float = ruled(1.0, POSITIVE)
+    update_controls: bool = ruled(True, ANY)
+    scale_c_by_fraction: bool = ruled(True, ANY)
+    clip_norm: float = ruled(0.0, NON_NEGATIVE)
+    correction: str = ruled("gradient", Rule(choices=CORRECTIONS))
     """gradient: g − c_i + c is the step's gradient (the paper; plain SGD only); after_step:
     y −= η(c − c_i) after each SGD step (ReBaFL's code; SGD with any momentum)."""
-
-    CORRECTIONS: ClassVar[tuple[str, ...]] = ("gradient", "after_step")
-
-    def __post_init__(self) -> None:
-        if self.correction not in self.CORRECTIONS:
-            raise FedshareError(
-                f"strategy.correction={self.correction!r} is not one of {list(self.CORRECTIONS)}"
-            )
-        if self.lr_global <= 0:
-            raise FedshareError(f"strategy.lr_global={self.lr_global} must be > 0")
-        if self.clip_norm < 0:
-            raise FedshareError(f"strategy.clip_norm={self.clip_norm} must be >= 0 (0 = off)")
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

@@ -28,15 +28,16 @@ every code can be decoded); the `pool` reading of M > 1 is not offered.
 """
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from fedshare.config.rules import ANY, SIZE, WIDTH, Rule, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
-from fedshare.errors import FedshareError, choices_message
+from fedshare.errors import FedshareError
 from fedshare.functional.mixup import ORDERS, fold_weights, mix, soft_labels
 from fedshare.functional.xor_mixup import (
     blend,
@@ -51,38 +52,42 @@ from fedshare.privacy.mds import distance_stats, min_contributor_distance
 from fedshare.strategies.base import Message, SetupContext, Update, register_strategy
 from fedshare.strategies.oneshot import OneShotServer
 
+MULTI_DUMMY_MODES = ("xor_each", "preblend")
+LABELS = ("soft", "hard")
+
 
 @dataclass
 class SampleSharing(OneShotServer):
     """Shared pipeline: quotas, device-side blending and encoding, server training, MDS."""
 
-    p: int = 1
+    p: int = ruled(1, Rule(low=1, high=1_000))
     """Samples per blend (Eq. 1); p = 1 is the raw sample (α then has no effect)."""
-    alpha: float = 0.5
+    alpha: float = ruled(0.5, Rule(low=0, high=1, low_open=True, high_open=True))
     """Blend ratio α of Eq. 1."""
-    M: int = 1
+    M: int = ruled(1, Rule(low=1, high=1_000))
     """Dummy labels per shared sample."""
-    dummy_labels: list[int] | None = None
+    dummy_labels: list[int] | None = ruled(None, Rule(low=0, numbers=True, optional=True))
     """Fixed dummy labels (the first M are used; Tables 3–4: [3, 4, 5]); None: random per sample."""
-    target_labels: list[int] | None = None
+    target_labels: list[int] | None = ruled(
+        None, Rule(low=0, numbers=True, nonempty=True, optional=True)
+    )
     """Deficient labels; None: the partition's `info["target_labels"]`, else the server's
     short labels."""
-    quota: int | None = None
+    quota: int | None = ruled(None, replace(SIZE, low=0, optional=True))
     """Shared samples per target label in all; None: the server's largest class minus its own."""
-    blend_order: str = "fold_left"
+    blend_order: str = ruled("fold_left", Rule(choices=ORDERS))
     """Reading of "g^p" (A3): fold_left | nested | sequence (binomial) | equal; MixFL also
     folds [target, dummies] with it unless `mix_order` is set."""
-    mix_ratio: float | None = None
+    mix_ratio: float | None = ruled(None, Rule(low=0, high=1, optional=True))
     """MixFL's target-vs-dummy ratio; None: `alpha`. XorMixFL has no such mix and ignores it
     (it lives here so that one Table 3/4 preset serves both methods)."""
-    binarize: bool = False
+    binarize: bool = ruled(False, ANY)
     """Blend and encode {0, 255} images instead of uint8 grey levels (the paper's bits)."""
-    mds_dims: int | None = None
+    mds_dims: int | None = ruled(None, replace(WIDTH, optional=True))
     """MDS distances in a k-dim classical-MDS embedding instead of the exact pixel space."""
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
-        self._check_params()
         counts = torch.as_tensor(ctx.data.partition.class_counts[self.server])
         c = len(counts)
         targets = self.target_labels
@@ -126,22 +131,6 @@ class SampleSharing(OneShotServer):
                 f"labels ({pool}) are available"
             )
         self.dummy_pool = pool
-
-    def _check_params(self) -> None:
-        if self.p < 1 or self.M < 1:
-            raise FedshareError(f"strategy.p={self.p} and strategy.M={self.M} must be >= 1")
-        if not 0.0 < self.alpha < 1.0:
-            raise FedshareError(f"strategy.alpha={self.alpha} must lie in (0, 1)")
-        if self.blend_order not in ORDERS:
-            raise FedshareError(
-                choices_message("strategy.blend_order", self.blend_order, list(ORDERS))
-            )
-        if self.quota is not None and self.quota < 0:
-            raise FedshareError(f"strategy.quota={self.quota} must not be negative")
-        if self.mds_dims is not None and self.mds_dims < 1:
-            raise FedshareError(f"strategy.mds_dims={self.mds_dims} must be >= 1 or null")
-        if self.mix_ratio is not None and not 0.0 < self.mix_ratio < 1.0:
-            raise FedshareError(f"strategy.mix_ratio={self.mix_ratio} must lie in (0, 1)")
 
     # ------------------------------------------------------------------ server -> devices
     def broadcast(self, round_idx: int) -> Message:
@@ -267,18 +256,10 @@ class XorMixFL(SampleSharing):
     """XorMixFL (Section 3, Eqs. 2–3, Algorithms 1–2): XOR-encoded target samples, decoded at
     the server with its own dummy blends; hard target labels."""
 
-    multi_dummy_mode: str = "xor_each"
+    multi_dummy_mode: str = ruled("xor_each", Rule(choices=MULTI_DUMMY_MODES))
     """M > 1 (A4): `xor_each` XORs M blends; `preblend` first blends them into one (Eq. 1)."""
-    include_server_keys: bool = False
+    include_server_keys: bool = ruled(False, ANY)
     """Count the server's key samples among the contributors of a decoded sample (A11)."""
-
-    def _check_params(self) -> None:
-        super()._check_params()
-        modes = ("xor_each", "preblend")
-        if self.multi_dummy_mode not in modes:
-            raise FedshareError(
-                choices_message("strategy.multi_dummy_mode", self.multi_dummy_mode, list(modes))
-            )
 
     def _keys(self, blends: torch.Tensor) -> torch.Tensor:
         if self.multi_dummy_mode == "xor_each" or blends.shape[1] == 1:
@@ -314,18 +295,11 @@ class MixFL(SampleSharing):
     target blend and the M dummy blends; the server trains on it as is, with the Mixup soft
     label."""
 
-    mix_order: str | None = None
+    mix_order: str | None = ruled(None, Rule(choices=ORDERS, optional=True))
     """Order of the [target, dummies] fold: None = `blend_order` (the old behaviour) |
     fold_left | nested | sequence | equal (1/(M+1) each, the target's weight kept as M grows)."""
-    label: str = "soft"
+    label: str = ruled("soft", Rule(choices=LABELS))
     """`soft`: Mixup label distribution; `hard`: the target label."""
-
-    def _check_params(self) -> None:
-        super()._check_params()
-        if self.label not in ("soft", "hard"):
-            raise FedshareError(choices_message("strategy.label", self.label, ["soft", "hard"]))
-        if self.mix_order is not None and self.mix_order not in ORDERS:
-            raise FedshareError(choices_message("strategy.mix_order", self.mix_order, list(ORDERS)))
 
     def _weights(self) -> torch.Tensor:
         """Weights of [target, dummy₁, …, dummy_M] in the uploaded mix (and its soft label)."""

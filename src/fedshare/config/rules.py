@@ -1,6 +1,6 @@
-"""Value rules declared beside the typed config fields (`fedshare.config`): the one place that
-says which values a key accepts. `fedshare.validation` checks a whole config against them, and
-the tests draw bad values from them, so a new key cannot be left unchecked."""
+"""Value rules declared beside the typed config fields (`fedshare.config.schema`): the one
+place that says which values a key accepts. `fedshare.config.validation` checks a whole config
+against them, and the tests draw bad values from them, so a new key cannot be left unchecked."""
 
 import math
 from dataclasses import dataclass, field
@@ -8,6 +8,9 @@ from typing import Any
 
 SEED_LIMIT = 2**64
 """Seeds feed 64 bits to the random streams (`fedshare.engine.rng`): larger ones would alias."""
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32: training computes in float32, so a learning rate, decay or factor of
+this size or more overflows in the optimizer."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class Rule:
             return "any value of its type"
         if self.choices is not None:
             text = f"one of {', '.join(self.choices)}"
+            if self.scalar_or_list:
+                text += ", or a non-empty list of them"
         else:
             number = self._range() if self.low is not None or self.high is not None else None
             one = number or "a finite number"
@@ -65,7 +70,9 @@ class Rule:
         if self.any_value:
             return True
         if self.choices is not None:
-            return value in self.choices
+            if self.scalar_or_list and isinstance(value, list | tuple):
+                return bool(value) and all(self._chosen(v) for v in value)
+            return self._chosen(value)
         if isinstance(value, list | tuple):
             if self.length is None and not (self.scalar_or_list or self.numbers):
                 return False
@@ -83,6 +90,9 @@ class Rule:
             return not self.nonempty or bool(value.strip())
         return self._in_range(value)
 
+    def _chosen(self, value: Any) -> bool:
+        return isinstance(value, str) and value in (self.choices or ())
+
     def _in_range(self, value: Any) -> bool:
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
@@ -96,6 +106,8 @@ class Rule:
 def _show(bound: float) -> str:
     if bound == SEED_LIMIT:
         return "2^64"
+    if bound == FLOAT32_MAX:
+        return "3.4e38"
     return str(int(bound)) if float(bound).is_integer() else str(bound)
 
 
@@ -115,4 +127,20 @@ COUNT = Rule(low=1)
 """A whole number of at least 1 (a size, a count, a period)."""
 NON_NEGATIVE = Rule(low=0)
 POSITIVE = Rule(low=0, low_open=True)
+TRAINING_FACTOR = Rule(low=0, high=FLOAT32_MAX, high_open=True)
+"""A non-negative factor of training (weight decay, a schedule's factor or floor) that float32
+arithmetic can hold."""
+LEARNING_RATE = Rule(low=0, low_open=True, high=FLOAT32_MAX, high_open=True)
 PROBABILITY = Rule(low=0, high=1, low_open=True)
+FRACTION = Rule(low=0, high=1)
+"""A share or a mixing weight in [0, 1]."""
+EPOCHS = Rule(low=0, high=10_000)
+"""An epoch-like count: at most 10,000 passes (more would run for days, not finish)."""
+STEPS = Rule(low=0, high=1_000_000)
+"""An optimizer's step or iteration count: at most a million."""
+WIDTH = Rule(low=1, high=65_536)
+"""A layer's width or an embedding's dimension: at most 65,536 (a wider one would not fit)."""
+SIZE = Rule(low=1, high=2**20)
+"""A batch, chunk or sample count: at most 2^20."""
+COMPONENTS = Rule(low=1, high=1_000)
+"""Mixture components per class: at most 1,000."""

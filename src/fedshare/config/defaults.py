@@ -3,19 +3,18 @@
 The command line and a preset (`experiment=...`) set keys explicitly. What they leave unset
 comes from the strategy (the optimizer and schedule of its paper, `Strategy.train_defaults`;
 `rounds=1` for a one-shot method), then from the dataset (training settings that learn with
-the dataset's default model, `DATASET_TRAIN`), then from the global defaults (`TrainConfig`'s
-field defaults, `GLOBAL_ROUNDS`). The resolved values are what `config.yaml` records.
+the dataset's default model, `DATASET_TRAIN`), then from the global defaults: the field
+defaults of `SimulationConfig` and `TrainConfig`, each written once, there. The resolved
+values are what `config.yaml` records.
 """
 
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
-from fedshare.config import TrainConfig
+from fedshare.config.schema import SimulationConfig, TrainConfig
 from fedshare.errors import FedshareError
 from fedshare.strategies.base import Strategy
-
-GLOBAL_ROUNDS = 20
 
 _SGD_CNN = {"optimizer": "sgd", "lr": 0.05, "momentum": 0.9}
 _ADAM = {"optimizer": "adam", "lr": 1e-3, "momentum": 0.0}
@@ -53,8 +52,8 @@ def resolve_train(
 
 
 def resolve_rounds(explicit: int | None, strategy: type[Strategy] | Strategy) -> int:
-    """`rounds` as set, else 1 for a one-shot strategy, else `GLOBAL_ROUNDS`; a one-shot
-    strategy refuses any other explicit value."""
+    """`rounds` as set, else 1 for a one-shot strategy, else `SimulationConfig`'s default; a
+    one-shot strategy refuses any other explicit value."""
     if strategy.one_shot:
         if explicit not in (None, 1):
             raise FedshareError(
@@ -62,4 +61,10 @@ def resolve_rounds(explicit: int | None, strategy: type[Strategy] | Strategy) ->
                 f"rounds={explicit}; leave rounds unset or set rounds=1"
             )
         return 1
-    return GLOBAL_ROUNDS if explicit is None else explicit
+    return global_default(SimulationConfig, "rounds") if explicit is None else explicit
+
+
+def global_default(cls: type, name: str) -> Any:
+    """The default of field `name` of settings dataclass `cls` (the global layer)."""
+    field = next(f for f in fields(cls) if f.name == name)
+    return field.default

@@ -1,15 +1,18 @@
 """Binding user parameters (from Hydra or Python) to a factory's keyword arguments, with checks."""
 
+import collections.abc
 import dataclasses
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from fedshare.errors import FedshareError, did_you_mean
+from fedshare.errors import FedshareError, did_you_mean, named_elsewhere
 
 _SCALARS = (bool, int, float, str)
+_SEQUENCES = (list, tuple, typing.Sequence, collections.abc.Sequence)
 
 
 def accepted_params(target: Callable[..., Any], skip: int = 0) -> dict[str, inspect.Parameter]:
@@ -34,7 +37,8 @@ def accepted_params(target: Callable[..., Any], skip: int = 0) -> dict[str, insp
 
 def type_ok(value: Any, annotation: Any) -> bool:
     """Whether `value` has the type `annotation` declares (ints pass for floats, bools never
-    for numbers; a list's items are not looked at)."""
+    for numbers, text never for a sequence; a sequence's items are checked against its item
+    type, a mapping's values are not looked at)."""
     if annotation is Any or annotation is inspect.Parameter.empty:
         return True
     origin = typing.get_origin(annotation)
@@ -48,19 +52,44 @@ def type_ok(value: Any, annotation: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if annotation in _SCALARS:
         return isinstance(value, annotation)
-    if origin in (list, tuple, typing.Sequence) or annotation in (list, tuple):
-        return isinstance(value, list | tuple)
+    if origin in _SEQUENCES or annotation in _SEQUENCES:
+        if not isinstance(value, list | tuple):
+            return False
+        items = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        if origin is tuple and len(items) > 1:
+            return len(value) == len(items) and all(map(type_ok, value, items))
+        return not items or all(type_ok(v, items[0]) for v in value)
     if origin is dict or annotation is dict:
         return isinstance(value, Mapping)
     return True
 
 
-def unknown_param_message(kind: str, name: str, key: str, accepted: Iterable[str]) -> str:
-    """The sentence for a parameter that factory `name` (a strategy, a model, ...) lacks."""
+def type_text(annotation: Any) -> str:
+    """An annotation as written in the source: `int`, `Sequence[int]`, `str | None`."""
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "").replace("collections.abc.", "")
+
+
+def non_finite(value: Any) -> bool:
+    """Whether `value` is, or a list of it holds, a NaN or infinite number."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return any(non_finite(v) for v in value)
+    return False
+
+
+def unknown_param_message(
+    kind: str, name: str, key: str, accepted: Iterable[str], elsewhere: Iterable[str] = ()
+) -> str:
+    """The sentence for a parameter that factory `name` (a strategy, a model, ...) lacks;
+    `elsewhere`: keys of the same name in another place, suggested first."""
     valid = sorted(accepted)
+    hint = named_elsewhere(elsewhere) or did_you_mean(key, valid)
     return (
-        f"{kind} {name!r} has no parameter {key!r}{did_you_mean(key, valid)}; its parameters "
-        f"are: {', '.join(valid) or 'none'}"
+        f"{kind} {name!r} has no parameter {key!r}{hint}; its parameters are: "
+        f"{', '.join(valid) or 'none'}"
     )
 
 
@@ -78,9 +107,14 @@ def check_params(
             raise FedshareError(unknown_param_message(kind, name, key, accepted))
         annotation = accepted[key].annotation
         if not type_ok(value, annotation):
-            shown = getattr(annotation, "__name__", str(annotation))
             raise FedshareError(
-                f"{kind} {name!r} parameter {key!r} must be of type {shown}, got {value!r}"
+                f"{kind} {name!r} parameter {key!r} must be of type {type_text(annotation)}, "
+                f"got {value!r}"
+            )
+        if non_finite(value):
+            raise FedshareError(
+                f"{kind} {name!r} parameter {key}={value!r} is not valid: it must be finite "
+                f"(no NaN or infinity)"
             )
         if annotation is float and isinstance(value, int):
             value = float(value)

@@ -10,7 +10,9 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedshare.config import RunConfig
+from fedshare.config.compose import keys_elsewhere
+from fedshare.config.schema import RunConfig
+from fedshare.config.validation import command_line_problem
 from fedshare.errors import FedshareError, choices_message, unknown_key_message
 
 GROUPS = ("strategy", "data", "partition", "model", "experiment")
@@ -53,12 +55,16 @@ def check_overrides(argv: Iterable[str], config_root: Path) -> None:
                 if value is None or (config_root / key / f"{value}.yaml").exists():
                     continue
                 raise FedshareError(choices_message(key, value, group_options(config_root, key)))
-            check_typed_key(schema, key, value)
+            problem = command_line_problem(key, value)
+            if problem:
+                raise FedshareError(problem)
+            check_typed_key(schema, key, value, args, config_root)
 
 
-def check_typed_key(schema: Any, key: str, value: Any) -> None:
+def check_typed_key(schema: Any, key: str, value: Any, args: list[str], config_root: Path) -> None:
     """`key=value` against `RunConfig`'s typed keys (the group nodes take any key here; the
-    strategy, dataset, partition and model check their own parameters when built)."""
+    strategy, dataset, partition and model check their own parameters when built). An unknown
+    key names where a key of its name is valid (`lr` -> `train.lr`)."""
     top = key.split(".", 1)[0]
     if top in GROUPS:
         return
@@ -70,6 +76,7 @@ def check_typed_key(schema: Any, key: str, value: Any) -> None:
         keys = list(node.keys()) if OmegaConf.is_dict(node) else []
         if key.rsplit(".", 1)[-1] not in keys:
             where = f" of {parent}" if parent else ""
-            raise FedshareError(unknown_key_message(key, keys, where)) from None
+            elsewhere = keys_elsewhere(key, args, str(config_root))
+            raise FedshareError(unknown_key_message(key, keys, where, elsewhere)) from None
         reason = str(err).splitlines()[0]
         raise FedshareError(f"{key}={value!r} is not valid: {reason}") from None

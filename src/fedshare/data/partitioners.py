@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from fedshare.config.params import check_params
 from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
-from fedshare.params import check_params
 from fedshare.registry import Registry
 
 Partitioner = Callable[..., Any]

@@ -1,5 +1,5 @@
 """The command line's check before Hydra starts: every run it would start (each member of a
-sweep) is composed and its values checked (`fedshare.validation`), so that a bad value is one
+sweep) is composed and its values checked (`fedshare.config.validation`), so that a bad value is one
 sentence with exit code 2 before any folder exists or any member runs."""
 
 import dataclasses
@@ -15,9 +15,10 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedshare.config import RunConfig
+from fedshare.config.schema import RunConfig
+from fedshare.config.validation import GROUP_KEYS, check_run
 from fedshare.errors import FedshareError, unknown_key_message
-from fedshare.validation import GROUP_KEYS, check_run
+from fedshare.results.rundir import check_run_folder
 
 FLAGS_WITH_VALUE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd")
 RUN_DIR_KEYS = ("run_dir", "hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
@@ -90,8 +91,9 @@ def composition_error(err: Exception, config_root: str, overrides: list[str]) ->
     key = getattr(cause, "full_key", None) or ""
     group = key.split(".", 1)[0]
     if group in ("strategy", "data", "partition", "model") and "." in key:
-        kept = [o for o in overrides if not o.lstrip("+~").startswith(key)]
-        return group_key_error(group, compose_member(kept, config_root)[group], key)
+        kept = [o for o in overrides if not sets_key(o, key)]
+        if len(kept) < len(overrides):  # without the failing override the config composes
+            return group_key_error(group, compose_member(kept, config_root)[group], key)
     if key:
         parent = key.rsplit(".", 1)[0] if "." in key else ""
         node = OmegaConf.select(OmegaConf.structured(RunConfig), parent) if parent else None
@@ -102,19 +104,38 @@ def composition_error(err: Exception, config_root: str, overrides: list[str]) ->
     return FedshareError(f"cannot compose the config: {first}")
 
 
+def sets_key(override: str, key: str) -> bool:
+    """Whether `override` sets `key` itself or a node inside a group that holds it
+    (`data.features_options={bogus: 1}` sets `data.features_options.bogus`); a group choice
+    (`data=mnist`) does not."""
+    target = override.lstrip("+~").split("=", 1)[0]
+    if "." not in target:
+        return False
+    return key == target or key.startswith(f"{target}.") or target.startswith(f"{key}.")
+
+
 def fields_of_run() -> list[str]:
     return [field.name for field in dataclasses.fields(RunConfig)]
 
 
-def group_key_error(group: str, node: Any, key: str) -> FedshareError:
-    """`strategy.scal`: an unknown parameter of the chosen strategy (dataset, partition, model)."""
+GROUP_KINDS = {
+    "strategy": "strategy",
+    "data": "dataset",
+    "partition": "partition",
+    "model": "model",
+}
+"""Each config group and what its choice is called in a sentence."""
+
+
+def group_parameters(group: str, name: str) -> list[str]:
+    """The keys config group `group` takes with choice `name` (its factory's parameters and the
+    keys every choice of the group takes); none for an unknown name."""
+    from fedshare.config.params import accepted_params
     from fedshare.data.datasets import COMMON_KEYS, DATASETS
-    from fedshare.data.partition import PARTITIONERS
+    from fedshare.data.partitioners import PARTITIONERS
     from fedshare.models.base import MODELS
-    from fedshare.params import accepted_params, unknown_param_message
     from fedshare.strategies.base import STRATEGIES
 
-    name = str(node.get("name")) if node is not None else "?"
     factory, skip, common = {
         "strategy": (STRATEGIES, 0, ()),
         "data": (DATASETS, 1, COMMON_KEYS),
@@ -124,14 +145,53 @@ def group_key_error(group: str, node: Any, key: str) -> FedshareError:
     valid: list[str] = list(common)
     if name in factory:
         valid += list(accepted_params(factory.get(name), skip))
-    kind = "dataset" if group == "data" else group
+    return valid
+
+
+def run_keys_named(name: str) -> list[str]:
+    """The typed run keys whose last part is `name` (`lr` -> `train.lr`)."""
+    from fedshare.config.validation import command_line_fields
+
+    return [key for key in command_line_fields() if key.rsplit(".", 1)[-1] == name]
+
+
+def keys_elsewhere(key: str, overrides: Sequence[str], config_root: str) -> list[str]:
+    """Where a key of `key`'s name is valid besides where it was set: a typed run key, or a
+    parameter of the strategy, dataset, partition or model the command line chooses."""
+    name = key.lstrip("+~").rsplit(".", 1)[-1]
+    found = run_keys_named(name)
+    try:
+        cfg = composed(config_root, tuple(o for o in overrides if composes(o)))
+    except (FedshareError, HydraException, ValueError):
+        return found  # the choices do not compose (a sweep over them): run keys only
+    for group in GROUP_KINDS:
+        choice = OmegaConf.select(cfg, f"{group}.name", default=None)
+        if choice and name in group_parameters(group, str(choice)):
+            found.append(f"{group}.{name}")
+    return [k for k in found if k != key]
+
+
+def group_key_error(group: str, node: Any, key: str) -> FedshareError:
+    """`strategy.scal`: an unknown parameter of the chosen strategy (dataset, partition, model)."""
+    from fedshare.config.params import unknown_param_message
+
+    name = str(node.get("name")) if node is not None else "?"
+    valid = group_parameters(group, name)
+    kind = GROUP_KINDS[group]
     param = key.split(".", 1)[1]
+    head = param.split(".", 1)[0]
+    if head != param and head in valid:
+        return FedshareError(
+            f"{key} is inside {group}.{head}, which the config leaves empty; set it with "
+            f"+{key}=<value>"
+        )
     if param in valid:
         return FedshareError(
             f"{key} is a parameter of {kind} {name!r} that its config file does not list; "
             f"set it with +{key}=<value>"
         )
-    return FedshareError(unknown_param_message(kind, name, param, set(valid) - {"name"}))
+    elsewhere = run_keys_named(param)
+    return FedshareError(unknown_param_message(kind, name, param, set(valid) - {"name"}, elsewhere))
 
 
 def run_values(cfg: DictConfig) -> dict[str, Any]:
@@ -147,13 +207,12 @@ def run_values(cfg: DictConfig) -> dict[str, Any]:
     return values
 
 
-def check_run_dir(run_dir: Any) -> None:
-    """A run folder must be a folder (or not exist yet)."""
-    if run_dir is None:
-        return
-    path = Path(str(run_dir)).expanduser()
-    if path.exists() and not path.is_dir():
-        raise FedshareError(f"run_dir={run_dir} is a file, not a folder; choose a folder")
+def check_run_dir(values: dict[str, Any]) -> None:
+    """A run folder named on the command line must be creatable, and `overwrite` replaces a
+    run only (`fedshare.results.rundir.check_run_folder`)."""
+    if values.get("run_dir") is not None:
+        overwrite = bool(values.get("overwrite")) and not values.get("resume")
+        check_run_folder(str(values["run_dir"]), overwrite)
 
 
 def check_command_line(argv: Sequence[str], config_root: Path) -> int:
@@ -169,7 +228,7 @@ def check_command_line(argv: Sequence[str], config_root: Path) -> int:
             if unknown:
                 raise FedshareError(unknown_key_message(sorted(unknown)[0], fields_of_run()))
             check_run(values)
-            check_run_dir(values.get("run_dir"))
+            check_run_dir(values)
         except FedshareError as err:
             if len(runs) == 1:
                 raise

@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from fedshare.assemble import assemble, init_model
-from fedshare.config import CheckpointConfig, ClientsConfig, EvalConfig, TrainConfig
+from fedshare.config.assemble import assemble, init_model
+from fedshare.config.schema import CheckpointConfig, ClientsConfig, EvalConfig, TrainConfig
 from fedshare.data.federated import FederatedData
 from fedshare.engine.simulation import RoundCallback, RunResult
 from fedshare.errors import FedshareError
@@ -54,33 +54,34 @@ def simulate(
     model: nn.Module | str = "auto",
     rounds: int | None = None,
     *,
-    seed: int = 0,
+    seed: int | None = None,
     strategy_params: Mapping[str, Any] | None = None,
     model_params: Mapping[str, Any] | None = None,
     clients: ClientsConfig | Mapping[str, Any] | None = None,
     train: TrainConfig | Mapping[str, Any] | None = None,
     eval: EvalConfig | Mapping[str, Any] | None = None,
     checkpoint: CheckpointConfig | Mapping[str, Any] | None = None,
-    device: str = "auto",
-    memory_format: str = "auto",
-    progress: bool = False,
+    device: str | None = None,
+    memory_format: str | None = None,
+    progress: bool | None = None,
     run_dir: str | Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
     callbacks: list[RoundCallback] | None = None,
 ) -> RunResult:
     """Run `strategy` on federated `data` with `model` for `rounds` rounds, resolved exactly
-    as the command line resolves them (`fedshare.assemble`, one code path).
+    as the command line resolves them (`fedshare.config.assemble`, one code path).
 
     `strategy` and `model` may be registry names (with `strategy_params` / `model_params`, the
     keys of `configs/strategy/<name>.yaml` / `configs/model/<name>.yaml`); a named model is
-    initialised from `seed`, `auto` is the dataset's default model. What is left unset comes
-    from the layered defaults (`fedshare.defaults`: strategy > dataset > global): `rounds=None`
-    is 1 for a one-shot strategy, else 20; the `train` keys not given (a mapping may give some)
-    are the strategy's, then the dataset's, then `TrainConfig`'s; a `TrainConfig` instance sets
-    every key. With `run_dir`, the run directory files are written there: a folder that holds
-    a run is refused unless `overwrite=True`, and `resume=True` continues from its checkpoint.
-    Returns a `RunResult` with the history and summary.
+    initialised from `seed`, `auto` is the dataset's default model. What is left unset (None)
+    has the command line's default: `rounds` and the `train` keys not given (a mapping may
+    give some) come from the layered defaults (`fedshare.config.defaults`: strategy > dataset
+    > global; `rounds` is 1 for a one-shot strategy), every other setting from
+    `SimulationConfig`'s field defaults; a `TrainConfig` instance sets every key. With
+    `run_dir`, the run directory files are written there: a folder that holds a run is
+    refused unless `overwrite=True`, and `resume=True` continues from its checkpoint. Returns
+    a `RunResult` with the history and summary.
     """
     if isinstance(strategy, str):
         strategy = make_strategy(strategy, strategy_params)

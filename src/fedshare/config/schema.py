@@ -1,21 +1,23 @@
 """Typed run settings, shared by the Hydra command line and `fedshare.simulate`.
 
 The dataclasses double as Hydra structured-config schemas, so a wrong key or type in an
-override is rejected before anything runs; each field's `Rule` (`fedshare.rules`) says which
-values it accepts, checked by `fedshare.validation`.
+override is rejected before anything runs; each field's `Rule` (`fedshare.config.rules`) says which
+values it accepts, checked by `fedshare.config.validation`.
 """
 
 from dataclasses import dataclass, field, fields, make_dataclass, replace
 from typing import Any
 
-from fedshare.rules import (
+from fedshare.config.rules import (
     ANY,
     COUNT,
+    LEARNING_RATE,
     NON_NEGATIVE,
     POSITIVE,
     PROBABILITY,
     RULE,
     SEED_LIMIT,
+    TRAINING_FACTOR,
     Rule,
     ruled,
 )
@@ -23,19 +25,26 @@ from fedshare.rules import (
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("constant", "exp", "step", "linear")
 MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
+LOGGER_NAMES = ("tensorboard", "wandb", "mlflow")
+"""The experiment trackers of `logger=` (`fedshare.engine.loggers.LOGGERS` registers them)."""
+MAX_CLIENTS = 10**6
+"""The most clients a run simulates: every client has index lists and state in memory, so a
+typo's size is refused before anything is allocated."""
+MAX_WORKERS = 1024
+"""The most processes `workers=K` starts on one machine."""
 
 
 @dataclass
 class ClientsConfig:
     """How many clients there are and which of them take part in a round."""
 
-    num: int | None = ruled(10, Rule(low=1, optional=True))
+    num: int | None = ruled(10, Rule(low=1, high=MAX_CLIENTS, optional=True))
     """Number of clients; ignored when `samples_per_client` is set."""
     samples_per_client: int | None = ruled(None, Rule(low=1, optional=True))
     """FLea's |D_k|: the client count becomes len(train set) // samples_per_client."""
     fraction: float = ruled(1.0, PROBABILITY)
     """Fraction of clients sampled per round (floor, at least 1)."""
-    per_round: int | None = ruled(None, Rule(low=1, optional=True))
+    per_round: int | None = ruled(None, Rule(low=1, high=MAX_CLIENTS, optional=True))
     """Absolute number sampled per round; overrides `fraction`."""
     availability: Any = ruled(1.0, replace(PROBABILITY, scalar_or_list=True))
     """Probability a sampled client succeeds: a scalar, or one value per client group."""
@@ -50,9 +59,9 @@ class TrainConfig:
     local_epochs: int = ruled(1, COUNT)
     batch_size: int = ruled(32, COUNT)
     optimizer: str = ruled("sgd", Rule(choices=OPTIMIZERS))
-    lr: float = ruled(0.01, POSITIVE)
+    lr: float = ruled(0.01, LEARNING_RATE)
     momentum: float = ruled(0.0, Rule(low=0, high=1))
-    weight_decay: float = ruled(0.0, NON_NEGATIVE)
+    weight_decay: float = ruled(0.0, TRAINING_FACTOR)
     betas: list[float] = ruled(
         rule=Rule(low=0, high=1, high_open=True, length=2), default_factory=lambda: [0.9, 0.999]
     )
@@ -60,10 +69,10 @@ class TrainConfig:
     """Forget the optimizer state after every step (FLea's code builds a new Adam per step)."""
     lr_schedule: str = ruled("constant", Rule(choices=SCHEDULES))
     """constant | exp (lr·decay^r) | step (lr·decay^(r // step)) | linear (lr·(1 − decay·r))."""
-    lr_decay: float = ruled(1.0, NON_NEGATIVE)
+    lr_decay: float = ruled(1.0, TRAINING_FACTOR)
     """The schedule's factor; exp and step need it above 0."""
     lr_step: int = ruled(1, COUNT)
-    lr_floor: float = ruled(0.0, NON_NEGATIVE)
+    lr_floor: float = ruled(0.0, TRAINING_FACTOR)
     """The schedule never goes below this learning rate."""
     augment: bool = ruled(True, ANY)
     """Apply the dataset's batch augmentation (crop/flip) during local training."""
@@ -127,7 +136,8 @@ class ServerDataConfig:
 class SimulationConfig:
     """Everything the engine needs besides the strategy, the data and the model."""
 
-    rounds: int = ruled(10, COUNT)
+    rounds: int = ruled(20, COUNT)
+    """Communication rounds (the global default; a one-shot strategy runs 1)."""
     seed: int = ruled(0, Rule(low=0, high=SEED_LIMIT, high_open=True))
     device: str = ruled("auto", ANY)
     """auto, cpu, cuda or cuda:N (checked when the run picks its device)."""
@@ -170,13 +180,13 @@ class RunConfig(SimulationConfig):
 
     `rounds` and the `train` keys are None unless a preset or the command line sets them; the
     run fills them from the strategy, then the dataset, then the global defaults
-    (`fedshare.defaults`).
+    (`fedshare.config.defaults`).
     """
 
     rounds: int | None = ruled(None, Rule(low=1, optional=True))  # type: ignore[assignment]
     train: TrainSettings = field(default_factory=TrainSettings)  # type: ignore[valid-type]
     strategy: Any = ruled(None, ANY)
-    """The config groups check their own keys (`fedshare.validation.check_groups`)."""
+    """The config groups check their own keys (`fedshare.config.validation.check_groups`)."""
     data: Any = ruled(None, ANY)
     partition: Any = ruled(None, ANY)
     model: Any = ruled(None, ANY)
@@ -184,10 +194,10 @@ class RunConfig(SimulationConfig):
     resume: bool = ruled(False, ANY)
     overwrite: bool = ruled(False, ANY)
     """Replace a run already in `run_dir` (the files a fedshare run wrote there are deleted)."""
-    logger: Any = ruled(None, ANY)
+    logger: Any = ruled(None, Rule(choices=LOGGER_NAMES, scalar_or_list=True, optional=True))
     """Experiment trackers (`fedshare.engine.loggers`): tensorboard | wandb | mlflow, or a
     list of them, e.g. [tensorboard,mlflow]; null = none."""
-    workers: int = ruled(1, Rule(low=1))
+    workers: int = ruled(1, Rule(low=1, high=MAX_WORKERS))
     """Processes that share each round's clients (`fedshare.engine.distributed`): K > 1 starts
     K processes on this machine through torch's launcher; under torchrun it must be 1 (the
     default) or torchrun's process count."""
@@ -214,4 +224,4 @@ class DataOptions:
     augment: bool = ruled(True, ANY)
     features: str | None = ruled(None, ANY)
     features_weights: str | None = ruled(None, ANY)
-    features_options: dict[str, Any] = ruled(rule=ANY, default_factory=dict)
+    features_options: dict[str, Any] | None = ruled(None, ANY)
