@@ -63,7 +63,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(build: Build, rank: int, world: int, port: int, queue) -> None:
+def _rank_main(build: Build, rank: int, world: int, port: int, queue, resume: bool) -> None:
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world),
@@ -74,7 +74,7 @@ def _rank_main(build: Build, rank: int, world: int, port: int, queue) -> None:
     try:
         group = RankGroup.join("cpu", timeout_s=120)
         try:
-            got = outcome(build(group))
+            got = outcome(build(group), resume)
         finally:
             group.close()
     except BaseException as err:  # reported to the test, which fails with it
@@ -84,14 +84,16 @@ def _rank_main(build: Build, rank: int, world: int, port: int, queue) -> None:
     queue.put(buffer.getvalue())
 
 
-def run_ranks(build: Build, world: int = 2, timeout_s: float = 300) -> list[dict]:
-    """`build(group)` run in `world` forked processes; each rank's outcome in rank order (a
-    rank that died without one: `{"died": exit code}`)."""
+def run_ranks(
+    build: Build, world: int = 2, timeout_s: float = 300, resume: bool = False
+) -> list[dict]:
+    """`build(group)` run (with `resume`: resumed) in `world` forked processes; each rank's
+    outcome in rank order (a rank that died without one: `{"died": exit code}`)."""
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_rank_main, args=(build, rank, world, port, queue))
+        ctx.Process(target=_rank_main, args=(build, rank, world, port, queue, resume))
         for rank in range(world)
     ]
     for proc in procs:
@@ -240,6 +242,41 @@ def test_a_killed_rank_stops_the_run_with_a_resumable_checkpoint(tmp_path):
 
     uninterrupted = outcome(named_run("scaffold", rounds=4)(None))
     assert_same_run(uninterrupted, outcome(build(None), resume=True), exact=True)
+
+
+def stop_after(build: Build, rounds: int) -> Build:
+    """`build` with a callback that stops the run (on every rank) after `rounds` rounds."""
+
+    def stopping(group: RankGroup | None) -> Simulation:
+        sim = build(group)
+        sim.callbacks.append(lambda sim, done, record: done == rounds)
+        return sim
+
+    return stopping
+
+
+@pytest.mark.parametrize(
+    "first, then", [(2, 2), *(pytest.param(*k, marks=pytest.mark.slow) for k in ((1, 2), (2, 1)))]
+)
+def test_a_run_stopped_under_k_processes_resumes_under_k_processes(tmp_path, first, then):
+    """SCAFFOLD (client state kept in checkpoint segments) stopped after round 1 of 3 under
+    `first` processes, resumed under `then`: every rank ends with the uninterrupted run's
+    numbers and client states. (Rank 1 of a resume once failed: it has no run folder.)"""
+    build = named_run("scaffold", rounds=3, run_dir=tmp_path / "run")
+    if first == 1:
+        stop_after(build, 1)(None).run()
+    else:
+        assert "error" not in run_ranks(stop_after(build, 1), first)[0]
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["rounds_completed"] == 1
+    uninterrupted = outcome(named_run("scaffold", rounds=3)(None))
+    ranks = run_ranks(build, then, resume=True)
+    for got in ranks:
+        assert "error" not in got, got.get("error")
+        assert_same_run(uninterrupted, got, exact=True)
+        for cid, state in uninterrupted["client_states"].items():
+            for key, value in state.items():
+                assert torch.equal(got["client_states"][cid][key], value), (cid, key)
+    assert ranks[0]["summary"]["status"] == "completed"
 
 
 @pytest.mark.slow

@@ -542,13 +542,13 @@ class Simulation:
         self.rounds_completed = self.rounds_recorded = int(state["rounds_completed"])
         self.checkpoint_round = self.rounds_completed
         self.traffic = Traffic(**state["traffic"])
-        assert self.state_log is not None
         if "client_state_segments" in state:
             assert self.state_log is not None
             self.client_states.load_state_dict(self.state_log.load(state["client_state_segments"]))
-        else:  # checkpoints before incremental client state held it inline: no segment has it
+        else:  # inline: sent by rank 0 (`_states_inline`), or a checkpoint from before segments
             self.client_states.load_state_dict(state.get("client_states", {}))
-            self.client_states.mark_all_changed()
+            if self.state_log is None or not self.state_log.segments:  # no segment holds them
+                self.client_states.mark_all_changed()
         self.kept.load_state_dict(state.get("kept_messages", {}), self.device)
         self.inboxes.load_state_dict(state.get("inboxes", {}), self.device)
         self._elapsed_before = float(state["wall_time_s"])
