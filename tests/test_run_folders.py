@@ -159,7 +159,7 @@ def test_lock_refuses_a_second_writer_and_sigterm_leaves_a_resumable_run(tmp_pat
     finally:
         first.kill()
     assert first.returncode == 130, err
-    assert "resume=true" in err and "Traceback" not in err
+    assert "interrupted (SIGTERM)" in err and "resume=true" in err and "Traceback" not in err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted"
     done = summary["rounds_completed"]
@@ -173,6 +173,20 @@ def test_lock_refuses_a_second_writer_and_sigterm_leaves_a_resumable_run(tmp_pat
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "summary.json").read_text())["rounds_completed"] == done + 1
+
+
+def test_ctrl_c_is_named_in_the_message(tmp_path):
+    """SIGINT (Ctrl-C) stops a run with exit 130 and a message naming it (once "()")."""
+    out = tmp_path / "run"
+    proc = start(tmp_path, *SLOW_RUN, f"run_dir={out}")
+    try:
+        wait_for_rounds(out / "metrics.jsonl", 1, proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.startswith("fedshare: interrupted (SIGINT); what was written stays in"), err
 
 
 def test_kill_9_leaves_every_file_readable(tmp_path):

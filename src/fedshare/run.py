@@ -217,11 +217,12 @@ def _main(cfg: DictConfig) -> float | None:
         sys.exit(1)
     except KeyboardInterrupt as stop:
         discard_if_unused(output_dir)
-        print(
-            f"fedshare: interrupted ({stop or 'SIGINT'}); what was written stays in "
-            f"{output_dir}: continue with run_dir={output_dir} resume=true",
-            file=sys.stderr,
-        )
+        if os.environ.get("RANK", "0") == "0":  # one message for all the run's processes
+            print(
+                f"fedshare: interrupted ({str(stop) or 'SIGINT'}); what was written stays in "
+                f"{output_dir}: continue with run_dir={output_dir} resume=true",
+                file=sys.stderr,
+            )
         sys.exit(INTERRUPTED)
     except Exception as err:
         if not in_sweep:

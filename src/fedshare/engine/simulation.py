@@ -44,6 +44,7 @@ from fedshare.engine.distributed import (
     assign,
     blocks,
     detached,
+    ignore_further_stops,
     restore_rng,
     rng_snapshot,
 )
@@ -56,6 +57,7 @@ from fedshare.engine.resume import check_same_run, check_saved_rounds
 from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
 from fedshare.engine.separability import davies_bouldin, has_features, penultimate
+from fedshare.engine.signals import held_signals
 from fedshare.engine.state_log import ClientStateLog
 from fedshare.errors import FedshareError, NonFiniteLossError, error_sentence
 from fedshare.models.base import prepare_for_device
@@ -845,12 +847,17 @@ class Simulation:
             self._stopped("failed", err)
             raise
         except BaseException as err:  # KeyboardInterrupt (SIGINT, SIGTERM), SystemExit
+            if self.group is not None:
+                ignore_further_stops()
             self._stopped("interrupted", err)
             raise
         finally:
-            for callback in callbacks:
-                callback.on_end(self)
-            self._write_results()
+            with held_signals():  # a stop now ends no differently from what the files say
+                for callback in callbacks:
+                    callback.on_end(self)
+                self._write_results()
+        if self.group is not None:
+            self.group.settle()
         return RunResult(
             self.history,
             self.summary(self.elapsed()),
