@@ -91,6 +91,24 @@ def test_python_resume_continues_and_redraws_only_a_missing_picture(run_copy):
     assert (run_copy / "partition.png").exists()
 
 
+def test_resuming_a_finished_run_changes_no_byte_and_more_rounds_run(run_copy):
+    """A resume of a finished run writes nothing (bytes and file times kept) and says so;
+    asking for more rounds runs them."""
+    times = {p.name: p.stat().st_mtime_ns for p in run_copy.iterdir()}
+    before = snapshot(run_copy)
+    result = simulate(**resume_base(), model="cnn_small", run_dir=run_copy, resume=True)
+    assert snapshot(run_copy) == before
+    assert {p.name: p.stat().st_mtime_ns for p in run_copy.iterdir()} == times
+    assert result.summary["nothing_to_do"] is True
+    stored = json.loads(before["summary.json"])
+    assert {k: v for k, v in result.summary.items() if k != "nothing_to_do"} == stored
+    assert result.history == read_metrics(run_copy / "metrics.jsonl")
+    more = simulate(
+        **{**resume_base(), "rounds": 2}, model="cnn_small", run_dir=run_copy, resume=True
+    )
+    assert "nothing_to_do" not in more.summary and more.summary["rounds_completed"] == 2
+
+
 def test_summary_statistics_use_the_evaluated_rounds_only():
     history = [{"round": r, "accuracy": float(r), "loss": 1.0} for r in range(1, 13)]
     history.insert(3, {"round": 0, "accuracy": None, "loss": None})  # a round without eval

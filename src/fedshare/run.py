@@ -232,6 +232,12 @@ def _main(cfg: DictConfig) -> float | None:
         return None
     if os.environ.get("RANK", "0") != "0":
         return summary["best_accuracy"]
+    if summary.get("nothing_to_do"):
+        print(
+            f"{output_dir} holds this run finished ({summary['rounds_completed']} rounds): "
+            f"nothing to do, its files are unchanged (rounds=<more> continues it)"
+        )
+        return summary["best_accuracy"]
     source = f" (data: {summary['data_source']})" if summary.get("data_source") else ""
     print(
         f"{summary['strategy']} on {summary['data']}/{summary['partition']}{source}: "

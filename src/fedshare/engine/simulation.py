@@ -3,6 +3,7 @@
 
 import contextlib
 import copy
+import json
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -72,6 +73,10 @@ from fedshare.validation import check_simulation_config
 
 Delivery = tuple[Message | None, list[Message]]
 """A client's personal message (or None) and its inbox, taken out for one step."""
+
+FINISHED = "finished_summary"
+"""The key a resumed checkpoint gets when its run has every round and its results: the
+summary.json of the folder (the resume then runs and writes nothing)."""
 
 RoundCallback = Callback | RoundFunction
 """A `Callback`, or a plain function `(sim, rounds_completed, record) -> stop?` run after
@@ -493,6 +498,13 @@ class Simulation:
                     f"{state['fingerprint']}, not {self.data.partition.fingerprint}; resume "
                     f"with the same data and partition"
                 )
+            stored = self._stored_summary()
+            if (
+                state["rounds_completed"] == self.config.rounds
+                and stored.get("status") == "completed"
+                and stored.get("rounds_completed") == self.config.rounds
+            ):
+                state[FINISHED] = stored
             return state
         used = self.dir.run_files()
         if used and not self.overwrite:
@@ -505,6 +517,15 @@ class Simulation:
         self.state_log.clear()
         self.dir.mark()
         return None
+
+    def _stored_summary(self) -> dict[str, Any]:
+        """The folder's summary.json ({} when it is absent or unreadable)."""
+        assert self.dir is not None
+        with contextlib.suppress(OSError, ValueError):
+            stored = json.loads((self.dir.path / "summary.json").read_text())
+            if isinstance(stored, dict):
+                return stored
+        return {}
 
     def _setup(self, state: dict[str, Any] | None) -> None:
         self.strategy.setup(
@@ -615,9 +636,29 @@ class Simulation:
         and check it before anything is written."""
         steady_malloc()
         if self.dir is None:
-            return self._run(self._opened(resume))
+            return self._resumed(self._opened(resume))
         with self.dir.locked():
-            return self._run(self._opened(resume))
+            return self._resumed(self._opened(resume))
+
+    def _resumed(self, state: dict[str, Any] | None) -> RunResult:
+        if state is not None and FINISHED in state:
+            return self._finished(state)
+        return self._run(state)
+
+    def _finished(self, state: dict[str, Any]) -> RunResult:
+        """A resume of a run that has all its rounds and its results: nothing runs and no
+        file is written; the result is the folder's, its summary marked `nothing_to_do`."""
+        self.strategy.setup(
+            SetupContext(self.model, self.data, self.config, self.device, self.stage)
+        )
+        self.strategy.load_state_dict(state["strategy"])
+        self.history = list(state["history"])
+        self.rounds_completed = self.rounds_recorded = int(state["rounds_completed"])
+        self.status = "completed"
+        if self.group is not None:
+            self.group.settle()
+        summary = {**state[FINISHED], "nothing_to_do": True}
+        return RunResult(self.history, summary, self.strategy, self.dir.path if self.dir else None)
 
     def _opened(self, resume: bool) -> dict[str, Any] | None:
         """`_open_dir` (rank 0 alone with several processes, whose ranks must agree on the
