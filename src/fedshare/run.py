@@ -239,10 +239,15 @@ def _main(cfg: DictConfig) -> float | None:
         )
         return summary["best_accuracy"]
     source = f" (data: {summary['data_source']})" if summary.get("data_source") else ""
+    from fedshare.engine.memory import command_seconds
+
+    total = command_seconds()
+    with_start = "" if total is None else f", {total:.1f} s since the command started"
     print(
         f"{summary['strategy']} on {summary['data']}/{summary['partition']}{source}: "
         f"final {summary['final_accuracy']:.2f}%  best {summary['best_accuracy']:.2f}%  "
-        f"({summary['rounds_completed']} rounds, {summary['wall_time_s']:.1f}s) -> {output_dir}"
+        f"({summary['rounds_completed']} rounds: {summary['wall_time_s']:.1f} s of rounds"
+        f"{with_start}) -> {output_dir}"
     )
     return summary["best_accuracy"]
 

@@ -4,6 +4,8 @@
 import contextlib
 import copy
 import json
+import math
+import os
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -81,6 +83,21 @@ summary.json of the folder (the resume then runs and writes nothing)."""
 RoundCallback = Callback | RoundFunction
 """A `Callback`, or a plain function `(sim, rounds_completed, record) -> stop?` run after
 every round."""
+
+
+def cut_metrics(path: Path, last_round: int) -> None:
+    """Cut metrics.jsonl in place after the line of `last_round` (and any cut-off line):
+    truncating needs no free space, so it also works on the full disk that stopped a run."""
+    keep = 0
+    for line in path.read_bytes().splitlines(keepends=True):
+        try:
+            number = json.loads(line).get("round")
+        except (ValueError, AttributeError):
+            break
+        if not line.endswith(b"\n") or not isinstance(number, int) or number > last_round:
+            break
+        keep += len(line)
+    os.truncate(path, keep)
 
 
 def uses_channels_last(model: nn.Module, memory_format: str) -> bool:
@@ -222,6 +239,7 @@ class Simulation:
         self._cpu_before: float | None = 0.0
         """CPU seconds of the rounds before a resume (None: its checkpoint did not record them)."""
         self._cpu_start = cpu_seconds()
+        self._stopped_at: tuple[float, float | None] | None = None
         self.status = "running"
         self.context_summary: dict[str, Any] = {}
         self._said_serial: set[str] = set()
@@ -684,6 +702,13 @@ class Simulation:
             self.config.eval.batch_size,
             self.config.eval.per_class,
         )
+        if not math.isfinite(result["loss"]):
+            raise NonFiniteLossError(
+                f"the global model's test loss after round {self.rounds_completed} is "
+                f"{result['loss']} (accuracy {result['accuracy']:.2f}%): its weights hold NaN "
+                f"or infinite values, so the run diverged; look for a non-finite or extreme "
+                f"strategy parameter, or lower train.lr"
+            )
         if self.config.eval.personal:
             result.update(self._personal_metrics())
         model = self.strategy.global_model()
@@ -792,8 +817,8 @@ class Simulation:
         self.rounds_completed = self.rounds_recorded
         self.history = [r for r in self.history if r["round"] <= self.rounds_recorded]
         if self.dir is not None and self.dir.metrics_path.exists():
-            with contextlib.suppress(OSError):  # a full disk keeps the lines written before
-                self.dir.rewrite_metrics(self.history)
+            with contextlib.suppress(OSError):
+                cut_metrics(self.dir.metrics_path, self.rounds_recorded)
 
     def _write_failure(self, err: OSError) -> FedshareError:
         """A file of the run could not be written (a full disk, a read-only folder)."""
@@ -812,16 +837,25 @@ class Simulation:
         )
 
     def elapsed(self) -> float:
-        """Seconds of run time so far, across resumes."""
+        """Seconds of the rounds so far (with their evaluations and checkpoints, not the
+        start-up or the final files), across resumes."""
+        if self._stopped_at is not None:
+            return self._stopped_at[0]
         return self._elapsed_before + time.perf_counter() - self._start
 
     def cpu_time(self) -> float | None:
         """CPU seconds this process (and its ended children) spent on the rounds so far, over
         the span of `elapsed`, across resumes; None after a resume from a checkpoint that did
         not record them."""
+        if self._stopped_at is not None:
+            return self._stopped_at[1]
         if self._cpu_before is None:
             return None
         return self._cpu_before + cpu_seconds() - self._cpu_start
+
+    def _stop_clocks(self) -> None:
+        """Fix `elapsed` and `cpu_time` where the rounds ended."""
+        self._stopped_at = (self.elapsed(), self.cpu_time())
 
     def _cpu_summary(self) -> dict[str, float]:
         cpu = self.cpu_time()
@@ -848,6 +882,7 @@ class Simulation:
         cfg = self.config
         self._start = time.perf_counter()
         self._cpu_start = cpu_seconds()
+        self._stopped_at = None
         saver = Checkpoints(cfg.checkpoint.every)
         callbacks = [MetricsLog(), saver]
         callbacks += [ProgressBar()] if self.group is None or self.group.is_writer else []
@@ -893,6 +928,7 @@ class Simulation:
             self._stopped("interrupted", err)
             raise
         finally:
+            self._stop_clocks()  # summary.json, the returned summary and trackers agree
             with held_signals():  # a stop now ends no differently from what the files say
                 for callback in callbacks:
                     callback.on_end(self)
