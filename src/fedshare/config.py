@@ -94,7 +94,7 @@ class EvalConfig:
     """Test samples per client for the personal evaluation."""
     davies_bouldin: bool = ruled(False, ANY)
     """Log the Davies–Bouldin score of penultimate features with the labels as clusters (FLea's
-    Fig. 3, `fedshare.engine.separability`): the global model's on the test set
+    Fig. 3, `fedshare.metrics.separability`): the global model's on the test set
     (`test_davies_bouldin`) and, after each client step of a round's first phase, the trained
     local model's on the client's own data and on the test set (`local_train_davies_bouldin`,
     `local_test_davies_bouldin`, means over the round's clients). Models without a body skip."""
@@ -185,7 +185,7 @@ class RunConfig(SimulationConfig):
     overwrite: bool = ruled(False, ANY)
     """Replace a run already in `run_dir` (the files a fedshare run wrote there are deleted)."""
     logger: Any = ruled(None, ANY)
-    """Experiment trackers (`fedshare.engine.loggers`): tensorboard | wandb | mlflow, or a
+    """Experiment trackers (`fedshare.tracking`): tensorboard | wandb | mlflow, or a
     list of them, e.g. [tensorboard,mlflow]; null = none."""
     workers: int = ruled(1, Rule(low=1))
     """Processes that share each round's clients (`fedshare.engine.distributed`): K > 1 starts

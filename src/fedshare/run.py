@@ -88,8 +88,8 @@ def build_simulation(
     from fedshare.assemble import assemble
     from fedshare.data import federate, load_dataset
     from fedshare.engine.distributed import local_device
-    from fedshare.engine.loggers import make_loggers
     from fedshare.strategies import make_strategy
+    from fedshare.tracking import make_loggers
 
     run: RunConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     strategy_name, strategy_params = group_params(cfg.strategy)

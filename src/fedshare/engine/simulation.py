@@ -23,7 +23,6 @@ from fedshare.data.partition_plot import plot_partition
 from fedshare.defaults import resolve_rounds
 from fedshare.engine.accounting import Traffic
 from fedshare.engine.aggregation import RunningMean
-from fedshare.engine.allocator import steady_malloc
 from fedshare.engine.callbacks import (
     Callback,
     Checkpoints,
@@ -59,10 +58,10 @@ from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
 from fedshare.engine.resume import check_same_run, check_saved_rounds
 from fedshare.engine.rng import seed_global_torch
 from fedshare.engine.sampling import CohortSampler, availability_per_client, cohort_size
-from fedshare.engine.separability import davies_bouldin, has_features, penultimate
 from fedshare.engine.signals import held_signals
 from fedshare.engine.state_log import ClientStateLog
 from fedshare.errors import FedshareError, NonFiniteLossError, error_sentence
+from fedshare.metrics.separability import davies_bouldin, has_features, penultimate
 from fedshare.models.base import prepare_for_device
 from fedshare.params import params_of
 from fedshare.privacy.context import check_run_attack, run_attack_summary
@@ -70,6 +69,7 @@ from fedshare.results.atomic import clean_temporaries, png_complete
 from fedshare.results.model_file import MODEL_FILE, save_model
 from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
+from fedshare.runtime import steady_malloc
 from fedshare.strategies.base import Message, Phase, SetupContext, Strategy, Update
 from fedshare.validation import check_simulation_config
 
