@@ -13,7 +13,7 @@ import torch
 from fedshare import simulate
 from fedshare.engine.callbacks import Callback
 from fedshare.engine.evaluation import evaluate
-from fedshare.engine.simulation import cut_metrics
+from fedshare.engine.run_folder import cut_metrics
 from fedshare.errors import FedshareError
 from fedshare.results.atomic import clean_temporaries, png_complete
 from fedshare.results.rundir import MARKER, RunDirectory, read_metrics
