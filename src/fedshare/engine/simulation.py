@@ -25,6 +25,7 @@ from fedshare.engine.callbacks import (
     Checkpoints,
     MetricsLog,
     ProgressBar,
+    ResultFiles,
     RoundFunction,
     as_callback,
 )
@@ -207,7 +208,7 @@ class Simulation:
         saver = Checkpoints(cfg.checkpoint.every)
         callbacks = [MetricsLog(), saver]
         callbacks += [ProgressBar()] if self.executor.writes else []
-        callbacks += [as_callback(c) for c in self.callbacks]
+        callbacks += [*(as_callback(c) for c in self.callbacks), ResultFiles()]
         self._active_callbacks = callbacks
         try:
             for callback in callbacks:
@@ -244,7 +245,6 @@ class Simulation:
             with held_signals():  # a stop now ends no differently from what the files say
                 for callback in callbacks:
                     callback.on_end(self)
-                self.folder.write_results()
         self.executor.settle()
         summary = self.summary(self.elapsed())
         return RunResult(self.history, summary, self.strategy, self.dir.path if self.dir else None)
