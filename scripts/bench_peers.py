@@ -51,7 +51,7 @@ Allocator: by default (`--malloc fixed`) every child runs with MALLOC_MMAP_THRES
 and MALLOC_TRIM_THRESHOLD_=128 MiB. With glibc's dynamic thresholds (`--malloc default`) the
 per-step activations (up to 3.2 MB) are returned to the OS and faulted back in every step
 unless the process happened to free a larger block earlier. fedshare's engine fixes the same
-thresholds itself when a simulation starts (`fedshare.engine.allocator`); the peers' children
+thresholds itself when a simulation starts (`fedshare.runtime`); the peers' children
 get them by chance (building the normalised copy of the images frees a large block) or not.
 Fixed thresholds give every framework the same allocator.
 

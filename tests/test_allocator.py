@@ -1,4 +1,4 @@
-"""`engine.allocator.steady_malloc`: glibc keeps the per-step activations instead of faulting
+"""`fedshare.runtime.steady_malloc`: glibc keeps the per-step activations instead of faulting
 them back in at every step (docs/performance.md, "Allocator")."""
 
 import os
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="glibc's malloc thresholds are Linux-only"
 )
 
-ALLOCATOR = Path(__file__).resolve().parents[1] / "src/fedshare/engine/allocator.py"
+ALLOCATOR = Path(__file__).resolve().parents[1] / "src/fedshare/runtime.py"
 HEAP = """
 import ctypes, runpy, sys
 steady_malloc = runpy.run_path(sys.argv[2])["steady_malloc"]  # without torch: a clean heap

@@ -275,6 +275,6 @@ def test_a_run_names_its_overridden_partition_in_the_line_folder_and_summary(tmp
 
 def test_the_logger_rule_names_the_registered_loggers():
     from fedshare.config.schema import LOGGER_NAMES
-    from fedshare.engine.loggers import LOGGERS
+    from fedshare.tracking import LOGGERS
 
     assert sorted(LOGGER_NAMES) == sorted(LOGGERS)

@@ -29,7 +29,14 @@ from fedshare.config.api import init_model
 from fedshare.config.defaults import resolve_rounds, resolve_train
 from fedshare.data import federate
 from fedshare.engine.checkpoint import load_checkpoint
-from fedshare.engine.distributed import RankGroup, assign, blocks
+from fedshare.engine.distributed import (
+    LAUNCHER_PID,
+    RankGroup,
+    assign,
+    blocks,
+    forwarded_stops,
+)
+from fedshare.engine.signals import held_signals
 from fedshare.engine.simulation import Simulation
 from fedshare.strategies import STRATEGIES, make_strategy
 from test_every_strategy import HEAD_LR, ON_FEATURES, SHORT_BUDGET, dataset, quick_simulation
@@ -63,7 +70,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(build: Build, rank: int, world: int, port: int, queue) -> None:
+def _rank_main(build: Build, rank: int, world: int, port: int, queue, resume: bool) -> None:
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world),
@@ -74,7 +81,7 @@ def _rank_main(build: Build, rank: int, world: int, port: int, queue) -> None:
     try:
         group = RankGroup.join("cpu", timeout_s=120)
         try:
-            got = outcome(build(group))
+            got = outcome(build(group), resume)
         finally:
             group.close()
     except BaseException as err:  # reported to the test, which fails with it
@@ -84,14 +91,16 @@ def _rank_main(build: Build, rank: int, world: int, port: int, queue) -> None:
     queue.put(buffer.getvalue())
 
 
-def run_ranks(build: Build, world: int = 2, timeout_s: float = 300) -> list[dict]:
-    """`build(group)` run in `world` forked processes; each rank's outcome in rank order (a
-    rank that died without one: `{"died": exit code}`)."""
+def run_ranks(
+    build: Build, world: int = 2, timeout_s: float = 300, resume: bool = False
+) -> list[dict]:
+    """`build(group)` run (with `resume`: resumed) in `world` forked processes; each rank's
+    outcome in rank order (a rank that died without one: `{"died": exit code}`)."""
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_rank_main, args=(build, rank, world, port, queue))
+        ctx.Process(target=_rank_main, args=(build, rank, world, port, queue, resume))
         for rank in range(world)
     ]
     for proc in procs:
@@ -242,6 +251,41 @@ def test_a_killed_rank_stops_the_run_with_a_resumable_checkpoint(tmp_path):
     assert_same_run(uninterrupted, outcome(build(None), resume=True), exact=True)
 
 
+def stop_after(build: Build, rounds: int) -> Build:
+    """`build` with a callback that stops the run (on every rank) after `rounds` rounds."""
+
+    def stopping(group: RankGroup | None) -> Simulation:
+        sim = build(group)
+        sim.callbacks.append(lambda sim, done, record: done == rounds)
+        return sim
+
+    return stopping
+
+
+@pytest.mark.parametrize(
+    "first, then", [(2, 2), *(pytest.param(*k, marks=pytest.mark.slow) for k in ((1, 2), (2, 1)))]
+)
+def test_a_run_stopped_under_k_processes_resumes_under_k_processes(tmp_path, first, then):
+    """SCAFFOLD (client state kept in checkpoint segments) stopped after round 1 of 3 under
+    `first` processes, resumed under `then`: every rank ends with the uninterrupted run's
+    numbers and client states. (Rank 1 of a resume once failed: it has no run folder.)"""
+    build = named_run("scaffold", rounds=3, run_dir=tmp_path / "run")
+    if first == 1:
+        stop_after(build, 1)(None).run()
+    else:
+        assert "error" not in run_ranks(stop_after(build, 1), first)[0]
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["rounds_completed"] == 1
+    uninterrupted = outcome(named_run("scaffold", rounds=3)(None))
+    ranks = run_ranks(build, then, resume=True)
+    for got in ranks:
+        assert "error" not in got, got.get("error")
+        assert_same_run(uninterrupted, got, exact=True)
+        for cid, state in uninterrupted["client_states"].items():
+            for key, value in state.items():
+                assert torch.equal(got["client_states"][cid][key], value), (cid, key)
+    assert ranks[0]["summary"]["status"] == "completed"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(STRATEGIES.names()))
 def test_every_strategy_runs_under_two_processes(name):
@@ -270,9 +314,11 @@ def _rank_pid(parent: int, rank: int) -> int | None:
 
 
 @pytest.mark.slow
-def test_cli_workers_killed_rank_says_which_and_resumes(tmp_path):
+@pytest.mark.parametrize("resume_workers", [1, 2])
+def test_cli_workers_killed_rank_says_which_and_resumes(tmp_path, resume_workers):
     """`workers=2` from the command line; rank 1 killed once a checkpoint exists: the command
-    ends with one sentence naming the killed rank, and the folder resumes with workers=1."""
+    ends with one sentence naming the killed rank, and the folder resumes with workers=1 and
+    with workers=2."""
     out = tmp_path / "run"
     args = ["progress=false", "clients.num=4", "train.local_epochs=1", f"run_dir={out}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -292,7 +338,10 @@ def test_cli_workers_killed_rank_says_which_and_resumes(tmp_path):
     done = load_checkpoint(out / "checkpoint.pt")["rounds_completed"]
     assert 1 <= done < 12
     resumed = subprocess.run(
-        [*command, "rounds=12", "resume=true"], capture_output=True, text=True, env=env
+        [*command, "rounds=12", "resume=true", f"workers={resume_workers}"],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((out / "summary.json").read_text())["rounds_completed"] == 12
@@ -306,3 +355,206 @@ def test_process_group_backend_is_nccl_only_with_a_gpu_per_process(monkeypatch) 
     assert process_group_backend("cuda:0", 2) == "nccl"
     assert process_group_backend("cuda:1", 4) == "gloo"
     assert process_group_backend("cpu", 1) == "gloo"
+
+
+FEDMIX_RUN = [
+    "strategy=fedmix",
+    "data=digits",
+    "partition=dir0.3",
+    "clients.num=4",
+    "rounds=3",
+    "seed=2",
+    "progress=false",
+]
+"""The run of the reliability report's resume failure (issue 47, section 1)."""
+
+
+def fedshare_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "fedshare.run", *FEDMIX_RUN, *args]
+
+
+def computed(folder: Path) -> list[dict]:
+    """What a run folder says was computed: its metrics lines without their timings."""
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    return [without_timings(json.loads(line)) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def fedmix_uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    folder = tmp_path_factory.mktemp("fedmix") / "run"
+    subprocess.run(fedshare_cli("workers=2", f"run_dir={folder}"), check=True, timeout=600)
+    return computed(folder)
+
+
+def stopped_after_first_checkpoint(folder: Path, workers: int) -> subprocess.CompletedProcess:
+    """The fedmix run under `workers` processes, SIGTERMed once its first checkpoint exists."""
+    proc = subprocess.Popen(
+        fedshare_cli(f"workers={workers}", f"run_dir={folder}"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not (folder / "checkpoint.pt").exists() and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first, then", [(2, 2), (2, 1), (1, 2)])
+def test_cli_sigterm_exits_130_in_one_line_and_resumes_exactly(
+    tmp_path, fedmix_uninterrupted, first, then
+):
+    """SIGTERM to the command after its first checkpoint: exit 130, one line naming the
+    signal and no traceback, summary.json "interrupted"; `resume=true` with the same or
+    another process count gives the uninterrupted run's numbers."""
+    folder = tmp_path / "run"
+    stopped = stopped_after_first_checkpoint(folder, first)
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.strip().splitlines() == [
+        f"fedshare: interrupted (SIGTERM); what was written stays in {folder}: continue with "
+        f"run_dir={folder} resume=true"
+    ]
+    assert json.loads((folder / "summary.json").read_text())["status"] == "interrupted"
+    resumed = subprocess.run(
+        fedshare_cli(f"workers={then}", f"run_dir={folder}", "resume=true"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((folder / "summary.json").read_text())["status"] == "completed"
+    assert computed(folder) == fedmix_uninterrupted
+
+
+def _folder_state(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir()}
+
+
+@pytest.mark.slow
+def test_cli_sigkill_to_the_launcher_ends_its_ranks_at_once(tmp_path):
+    """SIGKILL to the `workers=2` command: its ranks die with it (nothing writes the run
+    folder afterwards), and the folder resumes."""
+    folder = tmp_path / "run"
+    proc = subprocess.Popen(
+        fedshare_cli("workers=2", f"run_dir={folder}", "rounds=6"), stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 300
+    while not (folder / "checkpoint.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ranks = [_rank_pid(proc.pid, rank) for rank in (0, 1)]
+    assert None not in ranks
+    proc.kill()
+    proc.wait(timeout=30)
+    time.sleep(0.5)
+    for pid in ranks:
+        state = Path(f"/proc/{pid}/stat")
+        assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    before = _folder_state(folder)
+    time.sleep(3)
+    assert _folder_state(folder) == before
+    resumed = subprocess.run(
+        fedshare_cli("workers=2", f"run_dir={folder}", "rounds=6", "resume=true"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+
+
+@pytest.mark.slow
+def test_cli_sigterm_in_the_last_round_exit_status_agrees_with_the_summary(tmp_path):
+    """SIGTERM while the last round runs or its files are written: exit 0 with summary.json
+    "completed", or exit 130 with "interrupted", never one with the other."""
+    folder = tmp_path / "run"
+    proc = subprocess.Popen(
+        fedshare_cli("workers=2", f"run_dir={folder}"), stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        metrics = folder / "metrics.jsonl"
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    status = json.loads((folder / "summary.json").read_text())["status"]
+    assert (proc.returncode, status) in ((0, "completed"), (130, "interrupted")), err
+    assert "Traceback" not in err
+
+
+def test_a_held_stop_signal_waits_and_the_handlers_come_back():
+    """Inside `held_signals` a SIGTERM is recorded, not acted on; afterwards the previous
+    handler is back."""
+    before = signal.getsignal(signal.SIGTERM)
+    with held_signals() as received:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+    assert received == [signal.SIGTERM]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+TRAP = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: (print('got', a[0], flush=True), sys.exit(0)))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_the_launcher_passes_a_stop_signal_on_to_its_ranks(monkeypatch):
+    """SIGTERM to the launcher (this process, inside `forwarded_stops`) reaches the child it
+    marked as a rank; the launcher itself is not stopped."""
+    env = {**os.environ, LAUNCHER_PID: str(os.getpid())}
+    child = subprocess.Popen(
+        [sys.executable, "-c", TRAP], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        with forwarded_stops() as received:
+            os.kill(os.getpid(), signal.SIGTERM)
+            out, _ = child.communicate(timeout=30)
+        assert received == [signal.SIGTERM]
+        assert out.strip() == f"got {int(signal.SIGTERM)}"
+    finally:
+        child.kill()
+
+
+LAUNCHER = (
+    "import os, subprocess, sys, time\n"
+    f"os.environ[{LAUNCHER_PID!r}] = str(os.getpid())\n"
+    "rank = ('from fedshare.engine.distributed import die_with_launcher\\n'\n"
+    "        'die_with_launcher(); import time; print(\"ready\", flush=True); time.sleep(60)')\n"
+    "child = subprocess.Popen([sys.executable, '-c', rank])\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def _alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_a_rank_dies_the_moment_its_launcher_is_killed():
+    """SIGKILL to a launcher: the rank it started (which called `die_with_launcher`) is
+    gone within a second, not left running on."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    try:
+        rank = int(launcher.stdout.readline())
+        assert launcher.stdout.readline().strip() == "ready"
+        launcher.kill()
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 1
+        while _alive(rank) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(rank)
+    finally:
+        launcher.kill()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import fedshare
-from fedshare.engine.loggers import MLflowLogger, TensorBoardLogger, WandbLogger, make_loggers
 from fedshare.errors import FedshareError
+from fedshare.tracking import MLflowLogger, TensorBoardLogger, WandbLogger, make_loggers
 from helpers import digits_federation
 
 pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")

@@ -91,6 +91,24 @@ def test_python_resume_continues_and_redraws_only_a_missing_picture(run_copy):
     assert (run_copy / "partition.png").exists()
 
 
+def test_resuming_a_finished_run_changes_no_byte_and_more_rounds_run(run_copy):
+    """A resume of a finished run writes nothing (bytes and file times kept) and says so;
+    asking for more rounds runs them."""
+    times = {p.name: p.stat().st_mtime_ns for p in run_copy.iterdir()}
+    before = snapshot(run_copy)
+    result = simulate(**resume_base(), model="cnn_small", run_dir=run_copy, resume=True)
+    assert snapshot(run_copy) == before
+    assert {p.name: p.stat().st_mtime_ns for p in run_copy.iterdir()} == times
+    assert result.summary["nothing_to_do"] is True
+    stored = json.loads(before["summary.json"])
+    assert {k: v for k, v in result.summary.items() if k != "nothing_to_do"} == stored
+    assert result.history == read_metrics(run_copy / "metrics.jsonl")
+    more = simulate(
+        **{**resume_base(), "rounds": 2}, model="cnn_small", run_dir=run_copy, resume=True
+    )
+    assert "nothing_to_do" not in more.summary and more.summary["rounds_completed"] == 2
+
+
 def test_summary_statistics_use_the_evaluated_rounds_only():
     history = [{"round": r, "accuracy": float(r), "loss": 1.0} for r in range(1, 13)]
     history.insert(3, {"round": 0, "accuracy": None, "loss": None})  # a round without eval
@@ -159,7 +177,7 @@ def test_lock_refuses_a_second_writer_and_sigterm_leaves_a_resumable_run(tmp_pat
     finally:
         first.kill()
     assert first.returncode == 130, err
-    assert "resume=true" in err and "Traceback" not in err
+    assert "interrupted (SIGTERM)" in err and "resume=true" in err and "Traceback" not in err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted"
     done = summary["rounds_completed"]
@@ -173,6 +191,20 @@ def test_lock_refuses_a_second_writer_and_sigterm_leaves_a_resumable_run(tmp_pat
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "summary.json").read_text())["rounds_completed"] == done + 1
+
+
+def test_ctrl_c_is_named_in_the_message(tmp_path):
+    """SIGINT (Ctrl-C) stops a run with exit 130 and a message naming it (once "()")."""
+    out = tmp_path / "run"
+    proc = start(tmp_path, *SLOW_RUN, f"run_dir={out}")
+    try:
+        wait_for_rounds(out / "metrics.jsonl", 1, proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)  # the final files take long on a loaded CPU
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.startswith("fedshare: interrupted (SIGINT); what was written stays in"), err
 
 
 def test_kill_9_leaves_every_file_readable(tmp_path):

@@ -11,15 +11,23 @@ import pytest
 import torch
 
 from fedshare import simulate
+from fedshare.engine.callbacks import Callback
 from fedshare.engine.evaluation import evaluate
+from fedshare.engine.run_folder import cut_metrics
 from fedshare.errors import FedshareError
 from fedshare.results.atomic import clean_temporaries, png_complete
 from fedshare.results.rundir import MARKER, RunDirectory, read_metrics
-from fedshare.strategies import FedAvg
+from fedshare.strategies import FedAvg, Scaffold
 from helpers import digits_federation
 from test_cli import FAST, fedshare_run
 
 FED = digits_federation("iid", 3)
+
+
+def shutil_usage(free: int):
+    import shutil
+
+    return shutil._ntuple_diskusage(total=1 << 30, used=(1 << 30) - free, free=free)
 
 
 def run(out: Path, rounds: int = 2, **options):
@@ -47,6 +55,22 @@ def test_a_crash_is_failed_with_its_sentence_and_a_signal_is_interrupted(tmp_pat
         run(tmp_path / "signal", callbacks=[raise_at(1, KeyboardInterrupt())])
     stopped = summary_of(tmp_path / "signal")
     assert stopped["status"] == "interrupted" and "error" not in stopped
+
+
+def test_a_model_that_evaluates_to_nan_is_diverged_not_completed(tmp_path):
+    """The global model breaks (NaN outputs) while the clients' training stays finite: the
+    run stops as "diverged" with a sentence naming the round, not "completed" at chance."""
+    out = tmp_path / "r"
+
+    class Breaks(Callback):
+        def on_begin(self, sim):
+            sim.strategy.global_model().register_forward_hook(lambda m, i, o: o * float("nan"))
+
+    with pytest.raises(FedshareError, match="test loss after round 1 is nan"):
+        run(out, callbacks=[Breaks()])
+    summary = summary_of(out)
+    assert summary["status"] == "diverged" and "diverged" in summary["error"]
+    assert summary["rounds_completed"] == 0 and read_metrics(out / "metrics.jsonl") == []
 
 
 def test_the_summary_counts_only_the_rounds_that_were_saved(tmp_path):
@@ -161,6 +185,42 @@ def test_a_full_disk_is_one_sentence_naming_the_folder_and_the_kept_checkpoint(
     assert str(out) in message and "No space left on device" in message
     assert "checkpoint.pt of round 2 is intact" in message
     assert torch.load(out / "checkpoint.pt", weights_only=True)["rounds_completed"] == 2
+
+
+def test_a_disk_filling_in_a_checkpoint_leaves_a_folder_that_states_the_run(tmp_path, monkeypatch):
+    """The disk fills while round 2's checkpoint (client state segment) is written: no
+    temporary stays, metrics.jsonl and summary.json stop at round 1 with the checkpoint, and
+    summary.json says "failed" naming the full disk."""
+    from fedshare.engine import checkpoint
+
+    out, saves, real_save = tmp_path / "r", [], torch.save
+
+    def fills_up(obj, path):
+        saves.append(path)
+        if len(saves) == 3:  # round 2's segment (round 1: its segment, its checkpoint)
+            Path(path).write_bytes(b"partial")
+            raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos")
+        real_save(obj, path)
+
+    monkeypatch.setattr(checkpoint.torch, "save", fills_up)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil_usage(free=0))
+    with pytest.raises(FedshareError, match="No space left on device"):
+        simulate(Scaffold(), FED, "cnn_small", rounds=3, run_dir=out)
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name]
+    summary = summary_of(out)
+    assert summary["status"] == "failed" and "No space left on device" in summary["error"]
+    assert summary["rounds_completed"] == 1
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1]
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["rounds_completed"] == 1
+
+
+def test_cut_metrics_keeps_whole_lines_up_to_the_round(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"round": 1}\n{"round": 2}\n{"round": 3}\n{"rou')
+    cut_metrics(path, 2)
+    assert path.read_bytes() == b'{"round": 1}\n{"round": 2}\n'
+    cut_metrics(path, 0)
+    assert path.read_bytes() == b""
 
 
 def test_an_unwritable_folder_is_one_sentence(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import torch
 from sklearn.metrics import davies_bouldin_score
 
 from fedshare import simulate
-from fedshare.engine.separability import davies_bouldin
+from fedshare.metrics.separability import davies_bouldin
 from helpers import DIGITS_TRAIN, digits_federation
 
 

@@ -109,8 +109,8 @@ def build_simulation(
     from fedshare.config.assemble import assemble
     from fedshare.data import federate, load_dataset
     from fedshare.engine.distributed import local_device
-    from fedshare.engine.loggers import make_loggers
     from fedshare.strategies import make_strategy
+    from fedshare.tracking import make_loggers
 
     run: RunConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     strategy_name, strategy_params = group_params(cfg.strategy)
@@ -242,11 +242,12 @@ def _main(cfg: DictConfig) -> float | None:
         sys.exit(1)
     except KeyboardInterrupt as stop:
         discard_if_unused(output_dir)
-        print(
-            f"fedshare: interrupted ({stop or 'SIGINT'}); what was written stays in "
-            f"{output_dir}: continue with run_dir={output_dir} resume=true",
-            file=sys.stderr,
-        )
+        if os.environ.get("RANK", "0") == "0":  # one message for all the run's processes
+            print(
+                f"fedshare: interrupted ({str(stop) or 'SIGINT'}); what was written stays in "
+                f"{output_dir}: continue with run_dir={output_dir} resume=true",
+                file=sys.stderr,
+            )
         sys.exit(INTERRUPTED)
     except Exception as err:
         if not in_sweep:
@@ -256,11 +257,22 @@ def _main(cfg: DictConfig) -> float | None:
         return None
     if os.environ.get("RANK", "0") != "0":
         return summary["best_accuracy"]
+    if summary.get("nothing_to_do"):
+        print(
+            f"{output_dir} holds this run finished ({summary['rounds_completed']} rounds): "
+            f"nothing to do, its files are unchanged (rounds=<more> continues it)"
+        )
+        return summary["best_accuracy"]
     source = f" (data: {summary['data_source']})" if summary.get("data_source") else ""
+    from fedshare.engine.memory import command_seconds
+
+    total = command_seconds()
+    with_start = "" if total is None else f", {total:.1f} s since the command started"
     print(
         f"{summary['strategy']} on {summary['data']}/{summary['partition']}{source}: "
         f"final {summary['final_accuracy']:.2f}%  best {summary['best_accuracy']:.2f}%  "
-        f"({summary['rounds_completed']} rounds, {summary['wall_time_s']:.1f}s) -> {output_dir}"
+        f"({summary['rounds_completed']} rounds: {summary['wall_time_s']:.1f} s of rounds"
+        f"{with_start}) -> {output_dir}"
     )
     return summary["best_accuracy"]
 

@@ -26,7 +26,7 @@ OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("constant", "exp", "step", "linear")
 MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
 LOGGER_NAMES = ("tensorboard", "wandb", "mlflow")
-"""The experiment trackers of `logger=` (`fedshare.engine.loggers.LOGGERS` registers them)."""
+"""The experiment trackers of `logger=` (`fedshare.tracking.LOGGERS` registers them)."""
 MAX_CLIENTS = 10**6
 """The most clients a run simulates: every client has index lists and state in memory, so a
 typo's size is refused before anything is allocated."""
@@ -103,7 +103,7 @@ class EvalConfig:
     """Test samples per client for the personal evaluation."""
     davies_bouldin: bool = ruled(False, ANY)
     """Log the Davies–Bouldin score of penultimate features with the labels as clusters (FLea's
-    Fig. 3, `fedshare.engine.separability`): the global model's on the test set
+    Fig. 3, `fedshare.metrics.separability`): the global model's on the test set
     (`test_davies_bouldin`) and, after each client step of a round's first phase, the trained
     local model's on the client's own data and on the test set (`local_train_davies_bouldin`,
     `local_test_davies_bouldin`, means over the round's clients). Models without a body skip."""
@@ -195,7 +195,7 @@ class RunConfig(SimulationConfig):
     overwrite: bool = ruled(False, ANY)
     """Replace a run already in `run_dir` (the files a fedshare run wrote there are deleted)."""
     logger: Any = ruled(None, Rule(choices=LOGGER_NAMES, scalar_or_list=True, optional=True))
-    """Experiment trackers (`fedshare.engine.loggers`): tensorboard | wandb | mlflow, or a
+    """Experiment trackers (`fedshare.tracking`): tensorboard | wandb | mlflow, or a
     list of them, e.g. [tensorboard,mlflow]; null = none."""
     workers: int = ruled(1, Rule(low=1, high=MAX_WORKERS))
     """Processes that share each round's clients (`fedshare.engine.distributed`): K > 1 starts

@@ -71,6 +71,14 @@ class Checkpoints(Callback):
             sim.save_checkpoint()
 
 
+class ResultFiles(Callback):
+    """summary.json, model.pt and the pictures when the run ends, also when it stopped early
+    or failed (`RunFolder.write_results`); the last callback, after the user's."""
+
+    def on_end(self, sim: "Simulation") -> None:
+        sim.folder.write_results()
+
+
 class ProgressBar(Callback):
     """With `progress=true`: the tqdm bar on a terminal, else one line per round on stdout
     (`fedshare.engine.progress`)."""

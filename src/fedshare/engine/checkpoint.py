@@ -1,6 +1,9 @@
 """Checkpoints: everything needed to continue a run and get the uninterrupted run's numbers."""
 
+import errno
+import os
 import pickle
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -9,14 +12,20 @@ import torch
 from fedshare.errors import FedshareError
 from fedshare.results.atomic import atomic_write
 
+FULL_BELOW = 1 << 20
+"""Free bytes under which a failed `torch.save` is taken for a full disk."""
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Replace the checkpoint in one step: a kill or a full disk keeps the previous one."""
+
+def save_checkpoint(path: Path, state: Any) -> None:
+    """Replace the checkpoint (or any torch file of the run) in one step: a kill or a full
+    disk keeps the previous one and leaves no temporary."""
 
     def write(tmp: Path) -> None:
         try:
             torch.save(state, tmp)
         except RuntimeError as err:  # torch reports a failed write (a full disk) this way
+            if shutil.disk_usage(tmp.parent).free < FULL_BELOW:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from None
             raise OSError(f"torch.save could not write {tmp.name}: {err}") from None
 
     atomic_write(path, write)

@@ -23,19 +23,25 @@ the run's default group is nccl): tensors come back on the receiving rank's devi
 """
 
 import contextlib
+import ctypes
 import dataclasses
 import io
+import logging
 import os
 import pickle
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from fedshare.engine.signals import held_signals, signal_name
 from fedshare.errors import FedshareError, RankFailure
 
 T = TypeVar("T")
@@ -148,6 +154,7 @@ class RankGroup:
                 f"WORLD_SIZE={os.environ.get('WORLD_SIZE')} but {', '.join(missing)} is not "
                 f"set; start several processes with workers=K or torchrun, not by hand"
             )
+        die_with_launcher()
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ["LOCAL_RANK"])
         backend = process_group_backend(device, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -158,9 +165,20 @@ class RankGroup:
         objects = dist.new_group(backend="gloo") if backend != "gloo" else None
         return cls(rank, world, local_rank, objects)
 
+    def settle(self) -> None:
+        """Wait until every rank has finished its run (files written), so that all part
+        together: a rank tearing down while another still works once aborted at exit."""
+        with held_signals(), self._collective():
+            dist.barrier(group=self.group)
+
     def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        """Leave the process groups, the engine's own first (a stop signal meanwhile is held
+        back: the run's outcome is already written)."""
+        with held_signals():
+            if self.group is not None:
+                dist.destroy_process_group(self.group)
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
     # ------------------------------------------------------------------ collectives
     @contextlib.contextmanager
@@ -280,37 +298,127 @@ def restore_rng(state: dict[str, torch.Tensor], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"].cpu(), device)
 
 
+LAUNCHER_PID = "FEDSHARE_LAUNCHER_PID"
+"""Set by `launch` for its ranks: the process each rank dies with (`die_with_launcher`)."""
+
+INTERRUPTED = 130
+"""The exit code of a run stopped by SIGINT or SIGTERM."""
+
+PR_SET_PDEATHSIG = 1
+"""Linux prctl(2) option: the signal a process gets when its parent dies."""
+
+
+def die_with_launcher() -> None:
+    """Under `launch` on Linux: the kernel SIGKILLs this rank the moment its launcher dies
+    (`prctl(PR_SET_PDEATHSIG)`), so no rank writes the run folder after the launcher is
+    killed; a rank whose launcher is already gone stops at once."""
+    launcher = os.environ.get(LAUNCHER_PID)
+    if launcher is None or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(launcher):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def ignore_further_stops() -> None:
+    """A rank that is already stopping ignores later SIGINT/SIGTERM (the launcher repeats
+    them to the ranks still running when one exits), so its files and its one message are
+    not cut off; the launcher SIGKILLs a rank that does not end within 30 s."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def _rank_pids() -> list[int]:
+    """The ranks this launcher started: its child processes that `launch` marked (Linux)."""
+    me, mark = str(os.getpid()), f"{LAUNCHER_PID}={os.getpid()}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError):
+            parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            if parent == me and mark in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+    return pids
+
+
+@contextlib.contextmanager
+def forwarded_stops() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM to the launcher are passed on to its ranks (which stop as a
+    one-process run does: summary.json, one message, exit 130), torch's agent being told to
+    leave them alone (`launch`); the list yielded records them."""
+    received: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        received.append(signum)
+        for pid in _rank_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, forward)
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def launch(argv: Sequence[str], workers: int) -> int:
     """Run `python -m fedshare.run <argv>` as `workers` processes on this machine through
     torch's elastic launcher (what `torchrun --standalone --nproc-per-node=K` does: a fresh
-    rendezvous of its own, so no stale or foreign process can join). Returns the exit code:
-    the workers' own when they all stopped the same way (a user error: 2), else 1 after one
-    sentence naming the process that failed first."""
-    import signal
-
+    rendezvous of its own, so no stale or foreign process can join). The ranks die with
+    this process (`die_with_launcher`); SIGINT/SIGTERM reach them (`forwarded_stops`).
+    Returns the exit code: 0 when every rank finished; 130 when a stop signal came (the
+    ranks said what was kept); the workers' own when they all stopped the same way (a user
+    error: 2); else 1 after one sentence naming the process that failed first."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
-    args = get_args_parser().parse_args(
-        ["--standalone", f"--nproc-per-node={workers}", "--module", "fedshare.run", *argv]
-    )
-    try:
-        run(args)
-    except ChildFailedError as err:
-        codes = {failure.exitcode for failure in err.failures.values()}
-        if len(codes) == 1 and codes.pop() > 0:  # each process said why (fedshare.run)
-            return next(iter(err.failures.values())).exitcode
-        rank, failure = err.get_first_failure()
-        how = (
-            f"was killed by {signal.Signals(-failure.exitcode).name}"
-            if failure.exitcode < 0
-            else f"exited with code {failure.exitcode}"
-        )
-        print(
-            f"fedshare: error: process rank {rank} of {workers} (pid {failure.pid}) {how}, so "
-            f"the run stopped; its folder keeps the last checkpoint: continue with "
-            f"run_dir=<that folder> resume=true",
-            file=sys.stderr,
-        )
-        return 1
+    parser = get_args_parser()
+    options = ["--standalone", f"--nproc-per-node={workers}"]
+    if "--signals-to-handle" in parser.format_help():  # SIGINT, SIGTERM: `forwarded_stops`
+        options.append("--signals-to-handle=SIGHUP,SIGQUIT")
+    args = parser.parse_args([*options, "--module", "fedshare.run", *argv])
+    os.environ[LAUNCHER_PID] = str(os.getpid())
+    for name in list(logging.root.manager.loggerDict):  # one sentence of ours instead
+        if name.startswith("torch.distributed"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    with forwarded_stops() as received:
+        try:
+            run(args)
+        except SignalException as err:  # SIGHUP or SIGQUIT: torch's agent stopped the ranks
+            print(f"fedshare: interrupted ({signal_name(err.sigval)})", file=sys.stderr)
+            return INTERRUPTED
+        except ChildFailedError as err:
+            codes = {failure.exitcode for failure in err.failures.values()}
+            if received:
+                if INTERRUPTED not in codes:  # no rank got as far as saying so
+                    print(f"fedshare: interrupted ({signal_name(received[0])})", file=sys.stderr)
+                return INTERRUPTED
+            return _failure_code(err, workers)
     return 0
+
+
+def _failure_code(err: Any, workers: int) -> int:
+    """The exit code of a run whose ranks failed (`ChildFailedError`): theirs when they all
+    stopped the same way (each said why), else 1 after one sentence naming the first."""
+    codes = {failure.exitcode for failure in err.failures.values()}
+    if len(codes) == 1 and codes.pop() > 0:
+        return next(iter(err.failures.values())).exitcode
+    rank, failure = err.get_first_failure()
+    how = (
+        f"was killed by {signal_name(-failure.exitcode)}"
+        if failure.exitcode < 0
+        else f"exited with code {failure.exitcode}"
+    )
+    print(
+        f"fedshare: error: process rank {rank} of {workers} (pid {failure.pid}) {how}, so "
+        f"the run stopped; its folder keeps the last checkpoint: continue with "
+        f"run_dir=<that folder> resume=true",
+        file=sys.stderr,
+    )
+    return 1

@@ -1,13 +1,22 @@
-"""Evaluation of the global model on the test set."""
+"""Evaluation of the global model on the test set, and the run's evaluator."""
 
-from typing import Any
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fedshare.data.dataset import Dataset
-from fedshare.errors import FedshareError
+from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
+from fedshare.errors import FedshareError, NonFiniteLossError
+from fedshare.metrics.separability import davies_bouldin, has_features, penultimate
+from fedshare.privacy.context import run_attack_summary
+
+if TYPE_CHECKING:
+    from fedshare.engine.simulation import Simulation
 
 
 @torch.no_grad()
@@ -43,3 +52,66 @@ def evaluate(
         acc = 100.0 * correct / total.clamp_min(1)
         result["per_class_accuracy"] = [round(a, 4) for a in acc.tolist()]
     return result
+
+
+class Evaluator:
+    """What a run measures of its global model after an evaluated round (accuracy and loss,
+    with `eval.personal` the clients' personal accuracy, with `eval.davies_bouldin` the
+    features' separability) and once at its end (`eval.context_attack`)."""
+
+    def __init__(self, sim: "Simulation") -> None:
+        self.sim = sim
+        self._personal_splits: Any = None
+
+    def record(self, info: Mapping[str, Any]) -> dict[str, Any]:
+        """The evaluated round's history record: the measures, the time and traffic so far
+        and the round's `info`. A non-finite test loss stops the run as diverged."""
+        sim, cfg = self.sim, self.sim.config.eval
+        model = sim.strategy.global_model()
+        result = evaluate(model, sim.data.dataset, cfg.batch_size, cfg.per_class)
+        if not math.isfinite(result["loss"]):
+            raise NonFiniteLossError(
+                f"the global model's test loss after round {sim.rounds_completed} is "
+                f"{result['loss']} (accuracy {result['accuracy']:.2f}%): its weights hold NaN "
+                f"or infinite values, so the run diverged; look for a non-finite or extreme "
+                f"strategy parameter, or lower train.lr"
+            )
+        if cfg.personal:
+            result.update(self._personal_metrics())
+        model = sim.strategy.global_model()
+        if cfg.davies_bouldin and has_features(model):
+            dataset = sim.data.dataset
+            test = penultimate(model, dataset.x_test, dataset.prepare)
+            result["test_davies_bouldin"] = davies_bouldin(test, dataset.y_test)
+        return {
+            "round": sim.rounds_completed,
+            **result,
+            "wall_time_s": round(sim.elapsed(), 3),
+            **sim.traffic.as_dict(),
+            **info,
+        }
+
+    def _personal_metrics(self) -> dict[str, float]:
+        sim = self.sim
+        if self._personal_splits is None:
+            self._personal_splits = personal_test_splits(
+                np.asarray(sim.data.partition.class_counts),
+                sim.data.dataset.y_test,
+                sim.config.eval.personal_size,
+                sim.config.seed,
+            )
+        states = sim.client_states
+        return personal_metrics(
+            self._personal_splits,
+            sim.data.dataset,
+            lambda k: sim.strategy.personal_model(k, states.checkout(k, sim.device)),
+        )
+
+    def context_attack(self) -> dict[str, Any]:
+        """`eval.context_attack` on what the finished run shared (for `summary.json`)."""
+        sim = self.sim
+        sizes = sim.config.eval.context_attack
+        view = sim.strategy.context_view()
+        if sizes and view is not None:
+            return run_attack_summary(view, sim.data.dataset, sizes, sim.config.seed)
+        return {}

@@ -1,7 +1,10 @@
-"""Resource use of the running process (peak memory, CPU time), for `summary.json`."""
+"""Resource use of the running process (peak memory, CPU time, age), for `summary.json` and
+the run line."""
 
+import os
 import resource
 import sys
+from pathlib import Path
 
 import torch
 
@@ -23,3 +26,18 @@ def cpu_seconds() -> float:
     that have ended and been waited for."""
     used = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     return sum(u.ru_utime + u.ru_stime for u in used)
+
+
+def command_seconds() -> float | None:
+    """Seconds since the command started: this process, or under `workers=K` the launcher
+    that started it (Linux /proc; None elsewhere). Beside the rounds' `wall_time_s` this
+    counts the start-up (imports, data, setup) and the final files."""
+    from fedshare.engine.distributed import LAUNCHER_PID
+
+    pid = os.environ.get(LAUNCHER_PID, str(os.getpid()))
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None

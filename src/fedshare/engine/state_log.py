@@ -9,19 +9,20 @@ When the segments hold more than twice the live state (plus 1 MB), the next chec
 one full segment instead and the older ones are deleted, so the folder holds at most about
 twice the live state (plus 1 MB and the newest segment).
 
-Crash safety: a segment is complete (written to a temporary name, then renamed) before the
+Crash safety: a segment is complete (written to a temporary name, then renamed; a write that
+fails, on a full disk, removes its temporary) before the
 checkpoint that lists it replaces the previous one, and segments are deleted only after the
 new checkpoint is in place; files that no checkpoint lists (a run stopped between the two
 writes) are deleted at the next checkpoint.
 """
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
 from fedshare.engine.accounting import payload_bytes
+from fedshare.engine.checkpoint import save_checkpoint
 from fedshare.engine.client_state import ClientState, ClientStates
 
 FOLDER = "client_states"
@@ -54,9 +55,8 @@ class ClientStateLog:
         else:
             return list(self.segments)
         self.folder.mkdir(exist_ok=True)
-        tmp = self.folder / (name + ".tmp")
-        torch.save({int(cid): state for cid, state in segment.items()}, tmp)
-        os.replace(tmp, self.folder / name)
+        contents = {int(cid): state for cid, state in segment.items()}
+        save_checkpoint(self.folder / name, contents)
         self.segments[name] = segment_bytes(segment)
         return list(self.segments)
 

@@ -8,6 +8,7 @@ s_i the mean Euclidean distance of its samples to c_i (Davies & Bouldin 1979; sc
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
@@ -40,12 +41,13 @@ def penultimate(
 ) -> torch.Tensor:
     """`model.features` of `inputs` in eval mode, in chunks (`prepare` maps stored inputs to
     model inputs, e.g. the dataset's `prepare`)."""
+    features = cast(Callable[[torch.Tensor], torch.Tensor], model.features)
     was_training = model.training
     model.eval()
     chunks = []
     for start in range(0, len(inputs), CHUNK):
         x = inputs[start : start + CHUNK]
-        chunks.append(model.features(x if prepare is None else prepare(x)).flatten(1))
+        chunks.append(features(x if prepare is None else prepare(x)).flatten(1))
     model.train(was_training)
     return torch.cat(chunks)
 

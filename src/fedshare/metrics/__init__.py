@@ -1,0 +1,1 @@
+"""Measurements of trained models beside accuracy (the separability of their features)."""
