@@ -17,6 +17,8 @@ from typing import Any
 from torch import nn
 
 from fedshare.config import SimulationConfig
+from fedshare.config.params import params_of
+from fedshare.config.validation import check_simulation_config
 from fedshare.data.federated import FederatedData
 from fedshare.engine.accounting import Traffic
 from fedshare.engine.callbacks import (
@@ -45,11 +47,9 @@ from fedshare.engine.summary import run_summary
 from fedshare.errors import FedshareError, NonFiniteLossError, error_sentence
 from fedshare.metrics.separability import has_features
 from fedshare.models.base import prepare_for_device
-from fedshare.config.params import params_of
 from fedshare.results.rundir import RunDirectory
 from fedshare.runtime import steady_malloc
 from fedshare.strategies.base import Strategy
-from fedshare.config.validation import check_simulation_config
 
 RoundCallback = Callback | RoundFunction
 """A `Callback`, or a plain function `(sim, rounds_completed, record) -> stop?` run after
