@@ -62,6 +62,7 @@ from fedshare.models.base import prepare_for_device
 from fedshare.params import params_of
 from fedshare.privacy.context import check_run_attack, run_attack_summary
 from fedshare.results.atomic import clean_temporaries, png_complete
+from fedshare.results.machine import machine
 from fedshare.results.model_file import MODEL_FILE, save_model
 from fedshare.results.plots import plot_learning_curve
 from fedshare.results.rundir import RunDirectory, summarize
@@ -598,6 +599,7 @@ class Simulation:
             partition_fingerprint=self.data.partition.fingerprint,
             data_source=self.data.dataset.source,
             device=str(self.device),
+            machine=machine(str(self.device)),
             bytes_shared_per_round=self.traffic.bytes_shared / max(self.rounds_completed, 1),
             client_state_bytes=(
                 self.client_states.bytes_held + self.kept.bytes_held + self.inboxes.bytes_held
