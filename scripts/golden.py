@@ -38,12 +38,15 @@ compare records made on the same machine.
 """
 
 import argparse
+import contextlib
+import ctypes
 import json
 import math
 import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -195,6 +198,13 @@ def cell_environment() -> dict[str, str]:
     return env
 
 
+def die_with_parent() -> None:
+    """In a cell's process: SIGKILL when the recording process dies (Linux's PR_SET_PDEATHSIG;
+    elsewhere nothing), so that a stopped recording leaves no cell running."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+
+
 def run_cell(cell: Cell, out: Path, env: dict[str, str]) -> Outcome:
     outcome = Outcome(cell.name, cell.commands)
     if cell.needs_data and not env.get("FEDSHARE_DATA"):
@@ -211,7 +221,14 @@ def run_cell(cell: Cell, out: Path, env: dict[str, str]) -> Outcome:
             command.append(f"run_dir={folder / 'run'}")
             log.write(f"$ {' '.join(command[1:])}\n")
             log.flush()
-            done = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            done = subprocess.run(
+                command,
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+            )
             outcome.returncodes.append(done.returncode)
             if done.returncode:
                 break
@@ -243,8 +260,12 @@ def record(out: Path, jobs: int, only: str | None) -> int:
         print(f"{cell.name:45s} {state}", flush=True)
         return outcome
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        outcomes = list(pool.map(one, chosen))
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            outcomes = list(pool.map(one, chosen))
+    except KeyboardInterrupt:
+        print("interrupted: the cells that ran are kept, golden.json is not written")
+        os._exit(130)  # the cells' processes die with this one (die_with_parent)
     total = round(time.perf_counter() - start, 1)
     index = out / "golden.json"
     previous = json.loads(index.read_text())["cells"] if index.exists() and only else {}

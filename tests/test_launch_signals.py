@@ -43,7 +43,7 @@ def wait_until(condition, timeout: float, what: str) -> None:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG and /proc are Linux's")
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_the_multirun_dies_with_reproduce_run(tmp_path, signum):
     out = tmp_path / "tiny"
     command = [sys.executable, "-m", "fedshare.reproduce", "run", TINY, "--methods", "fedavg"]
