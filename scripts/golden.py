@@ -153,7 +153,7 @@ def matrix_overrides(strategy: str, data: str) -> list[str]:
         args.append(f"server_data.size={SERVER_SIZE.get(data, 80)}")
     if strategy in ON_FEATURES:
         args += ["model=linear", "data.features=random_relu", "+data.features_options.dim=128"]
-        args += ["+data.cache=false", "train.lr=0.01"]
+        args += ["++data.cache=false", "train.lr=0.01"]
     else:
         args += MODEL.get(data, [])
     if strategy not in ONE_SHOT:
