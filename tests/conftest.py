@@ -16,11 +16,20 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import settings
 
 from fedshare.data import Dataset, load_dataset
 from fedshare.errors import FedshareError
 
 torch.set_num_threads(1)
+
+settings.register_profile("deterministic", derandomize=True, database=None, print_blob=True)
+"""The default and CI profile: every property test draws the same examples every run (seeded
+from the test itself) and keeps no failure database, so the verdict cannot depend on the draw
+or on an earlier run. The randomized searches are `slow` tests that set `derandomize=False`."""
+settings.register_profile("randomized", derandomize=False, database=None, print_blob=True)
+"""New random examples every run for every property test: FEDSHARE_HYPOTHESIS=randomized."""
+settings.load_profile(os.environ.get("FEDSHARE_HYPOTHESIS", "deterministic"))
 
 
 def _skip_or_fail(reason: str) -> None:

@@ -33,7 +33,7 @@ def digits_federation(
     )
 
 
-MACHINE_KEYS = ("wall_time_s", "cpu_time_s", "peak_rss_mb", "cuda_max_allocated_mb")
+MACHINE_KEYS = ("wall_time_s", "cpu_time_s", "peak_rss_mb", "cuda_max_allocated_mb", "machine")
 """Measurements of the machine, not results: two identical runs differ in them."""
 
 

@@ -1,14 +1,16 @@
 """Property: random values for any config keys are either accepted or refused with one
 sentence (a FedshareError, exit 2 from the command line, no folder) — never a traceback or a
-hang. The default tier checks and builds each drawn run in-process without training; the slow
-tier runs a few through the command line."""
+hang. The default tier checks and builds each drawn run in-process without training, on the
+same examples every run (the `deterministic` Hypothesis profile of conftest.py, and pinned
+examples that once failed); the slow tier searches new random examples each run and runs a
+few through the command line."""
 
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
@@ -40,24 +42,23 @@ CHOICES = {
 }
 
 
-def drawn_args(data: Any) -> list[str]:
-    keys = data.draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=3, unique=True))
-    args = [("++" if k.startswith("data.") else "") + override(k, data.draw(VALUES)) for k in keys]
+@st.composite
+def drawn_args(draw: Any) -> list[str]:
+    keys = draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=3, unique=True))
+    args = [("++" if k.startswith("data.") else "") + override(k, draw(VALUES)) for k in keys]
     for group, options in CHOICES.items():
-        if data.draw(st.booleans()):
-            args.append(f"{group}={data.draw(st.sampled_from(options))}")
+        if draw(st.booleans()):
+            args.append(f"{group}={draw(st.sampled_from(options))}")
     return args
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.data())
-def test_random_values_are_accepted_or_refused_in_one_sentence(tmp_path_factory, data):
-    args = drawn_args(data)
+def accepted_or_refused_in_one_sentence(args: list[str], run_dir: Path) -> None:
+    """Check and build the run of `args` in-process: it builds, or a one-line FedshareError."""
     root = str(config_dir())
     try:
         check_command_line(args, config_dir())
         cfg = compose_member(args, root)
-        cfg.run_dir = str(tmp_path_factory.mktemp("run"))
+        cfg.run_dir = str(run_dir)
         build_simulation(cfg, Path(cfg.run_dir), {"partition": "iid"})
     except FedshareError as err:
         assert "\n" not in str(err), args
@@ -66,12 +67,30 @@ def test_random_values_are_accepted_or_refused_in_one_sentence(tmp_path_factory,
         assert OmegaConf.select(cfg, "strategy.name")
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(args=drawn_args())
+@example(args=["logger=1"]).xfail(
+    raises=TypeError, reason="logger=1: TypeError in engine/loggers.py (issue 47 §2, open)"
+)
+def test_random_values_are_accepted_or_refused_in_one_sentence(tmp_path_factory, args):
+    accepted_or_refused_in_one_sentence(args, tmp_path_factory.mktemp("run"))
+
+
 @pytest.mark.slow
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.data())
-def test_random_values_on_the_command_line_exit_0_or_2_with_no_folder(tmp_path_factory, data):
+@settings(
+    max_examples=300, derandomize=False, deadline=None, suppress_health_check=list(HealthCheck)
+)
+@given(args=drawn_args())
+def test_random_search_accepted_or_refused_in_one_sentence(tmp_path_factory, args):
+    """The same property on new random examples each run (the default tier's are fixed)."""
+    accepted_or_refused_in_one_sentence(args, tmp_path_factory.mktemp("run"))
+
+
+@pytest.mark.slow
+@settings(max_examples=8, derandomize=False, deadline=None, suppress_health_check=list(HealthCheck))
+@given(args=drawn_args())
+def test_random_values_on_the_command_line_exit_0_or_2_with_no_folder(tmp_path_factory, args):
     tmp = tmp_path_factory.mktemp("cli")
-    args = drawn_args(data)
     out = tmp / "run"
     fast = ["progress=false", "rounds=1", "clients.num=2", "data.train_subset=100"]
     proc = fedshare_run(*fast, *args, f"run_dir={out}", cwd=tmp)

@@ -175,11 +175,11 @@ def test_a_failed_cell_is_kept_the_others_finish_and_a_second_run_starts_nothing
     def refuse(*args, **kwargs):
         raise AssertionError("a second run started a process")
 
-    monkeypatch.setattr(launch.subprocess, "run", refuse)
+    monkeypatch.setattr(launch, "run_child", refuse)
     assert [p.state for p in run_cells(tiny, out)] == [DONE, DONE, FAILED]
     assert stamps == {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     started = []
-    monkeypatch.setattr(launch.subprocess, "run", lambda cmd, **kw: started.append(cmd))
+    monkeypatch.setattr(launch, "run_child", lambda cmd, env: started.append(cmd))
     run_cells(tiny, out, retry_failed=True)
     (retried,) = json.loads((out / "cells.json").read_text())
     assert len(started) == 1 and "train.lr=1e9" in retried and "overwrite=true" in retried

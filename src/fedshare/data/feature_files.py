@@ -26,7 +26,7 @@ import torch
 
 from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import MAX_CLASSES, LoadRequest, register_dataset
-from fedshare.data.files import npz_problem, require_regular_file
+from fedshare.data.files import npz_arrays, npz_problem, require_regular_file
 from fedshare.data.partitioners import register_partition
 from fedshare.data.sources import data_roots
 from fedshare.engine.checkpoint import torch_load_problem
@@ -41,14 +41,16 @@ KEYS = {
 
 
 def resolve_path(path: str, root: str | None) -> Path:
-    """`path` as given if it exists, else relative to the data roots."""
-    direct = Path(path).expanduser()
-    if direct.is_file():
-        return direct
-    for base in data_roots(root):
-        if (base / path).is_file():
-            return base / path
-    looked = ", ".join([str(direct)] + [str(b / path) for b in data_roots(root)])
+    """`path` as given if it is a file, else relative to the data roots; where no candidate is
+    a file, the first that is something else (a folder, a pipe, a looping link) is named."""
+    candidates = [Path(path).expanduser()] + [base / path for base in data_roots(root)]
+    candidates = list(dict.fromkeys(candidates))  # an absolute path is the same under every root
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    for candidate in candidates:
+        require_regular_file(candidate)
+    looked = ", ".join(str(c) for c in candidates)
     raise FedshareError(
         f"features file {path!r} not found (looked for {looked}); save your features with "
         f"torch.save or numpy.savez (keys x_train, y_train, x_test, y_test)"
@@ -60,8 +62,7 @@ def read_features_file(path: Path) -> dict[str, Any]:
     require_regular_file(path)
     try:
         if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as arrays:
-                return {k: arrays[k] for k in arrays.files}
+            return npz_arrays(path)
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch and numpy raise many types
         problem = npz_problem(err) if path.suffix == ".npz" else torch_load_problem(err)
@@ -78,7 +79,14 @@ def _pick(raw: Mapping[str, Any], key: str, path: Path) -> torch.Tensor:
     for alias in KEYS[key]:
         if alias in raw:
             value = raw[alias]
-            return value if torch.is_tensor(value) else torch.from_numpy(np.asarray(value))
+            if torch.is_tensor(value):
+                return value
+            array = np.asarray(value)
+            if array.dtype.kind not in "biuf":
+                raise FedshareError(
+                    f"features file {path}: {alias} holds {array.dtype} values, not numbers"
+                )
+            return torch.from_numpy(array)
     raise FedshareError(
         f"features file {path} has no {key} (accepted keys: {', '.join(KEYS[key])}); it has "
         f"{', '.join(sorted(raw))}"
@@ -98,6 +106,10 @@ def load_one(path: Path) -> tuple[dict[str, torch.Tensor], int, list[str] | None
             )
         if y.is_floating_point() or (len(y) and int(y.min()) < 0):
             raise FedshareError(f"features file {path}: y_{split} must be non-negative integers")
+        if x.is_complex() or not bool(torch.isfinite(x).all()):
+            raise FedshareError(
+                f"features file {path}: x_{split} holds NaN, infinite or complex values"
+            )
         out[f"x_{split}"] = x.float()
         out[f"y_{split}"] = y.long()
     if out["x_train"].shape[1] != out["x_test"].shape[1]:
@@ -106,7 +118,7 @@ def load_one(path: Path) -> tuple[dict[str, torch.Tensor], int, list[str] | None
     names = [str(n) for n in names] if names is not None else None
     top = max(int(y.max()) if len(y) else -1 for y in (out["y_train"], out["y_test"])) + 1
     declared = raw.get("num_classes")
-    classes = int(np.asarray(declared)) if declared is not None else len(names or []) or top
+    classes = declared_classes(declared, path) if declared is not None else len(names or []) or top
     if classes > MAX_CLASSES:
         raise FedshareError(
             f"features file {path} has {classes} classes (labels up to {top - 1}), more than "
@@ -117,6 +129,18 @@ def load_one(path: Path) -> tuple[dict[str, torch.Tensor], int, list[str] | None
             f"features file {path} has labels up to {top - 1} but declares {classes} classes"
         )
     return out, classes, names
+
+
+def declared_classes(declared: Any, path: Path) -> int:
+    """A file's `num_classes`: one whole positive number."""
+    value = np.asarray(declared)
+    whole = value.size == 1 and value.dtype.kind in "iuf" and np.isfinite(value).all()
+    if not whole or float(value.item()) != int(value.item()) or value.item() < 1:
+        raise FedshareError(
+            f"features file {path}: num_classes must be one whole number of classes, got "
+            f"{value.tolist()!r}"
+        )
+    return int(value.item())
 
 
 @register_dataset("features_file")

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 from fedshare.engine.memory import peak_memory
+from fedshare.results.machine import machine
 from fedshare.results.rundir import summarize
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ def run_summary(sim: "Simulation", elapsed: float) -> dict[str, Any]:
         partition_fingerprint=sim.data.partition.fingerprint,
         data_source=sim.data.dataset.source,
         device=str(sim.device),
+        machine=machine(str(sim.device)),
         bytes_shared_per_round=sim.traffic.bytes_shared / max(sim.rounds_completed, 1),
         client_state_bytes=(
             sim.client_states.bytes_held + sim.kept.bytes_held + sim.inboxes.bytes_held

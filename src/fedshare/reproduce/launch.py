@@ -8,14 +8,19 @@ run files without a checkpoint → `overwrite=true` (it stopped before its first
 nothing → a new run. The cells to run go to one multirun of `fedshare.run` through the
 `fedshare_cells` sweeper (`hydra_plugins/fedshare_cells`), so Hydra's launchers run them: the
 basic launcher one after the other, `joblib` several at once on this machine, `submitit_slurm`
-on a cluster; the engine checks every cell as it checks any run.
+on a cluster; the engine checks every cell as it checks any run. That multirun ends with the
+process that started it (`run_child`).
 """
 
+import contextlib
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,5 +123,64 @@ def run_cells(
     todo = [p for p in plan(cells, out) if p.state not in skip]
     if todo:
         env = {**os.environ, "HYDRA_FULL_ERROR": os.environ.get("HYDRA_FULL_ERROR", "0")}
-        subprocess.run(command(todo, out, jobs, launcher, extra), check=False, env=env)
+        run_child(command(todo, out, jobs, launcher, extra), env)
     return plan(cells, out)
+
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal the kernel sends a process when its parent dies (Linux)."""
+GRACE_S = 30.0
+"""How long a signalled multirun may take to stop (its runs write "interrupted") before it and
+its process group are killed."""
+
+
+def die_with(parent: int) -> Callable[[], None]:
+    """A `preexec_fn` making the child get SIGKILL when `parent` dies, SIGKILL included
+    (`PR_SET_PDEATHSIG`; where prctl is missing, nothing), and exit if it already has."""
+
+    def arm() -> None:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
+
+def run_child(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run `command` (a multirun) so that it ends with this process: SIGINT and SIGTERM sent
+    here go to its process group (it leads one, so the launcher's workers get them too), it
+    gets `GRACE_S` to stop before the group is killed, and then KeyboardInterrupt is raised
+    here; if this process is killed outright, the kernel kills the child (`die_with`).
+    Returns the child's exit status."""
+    child = subprocess.Popen(command, env=env, process_group=0, preexec_fn=die_with(os.getpid()))
+    received: dict[int, float] = {}
+
+    def forward(signum: int, frame: object) -> None:
+        received.setdefault(signum, time.monotonic())
+        signal_group(child.pid, signum)
+
+    handlers = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, forward) for s in handlers}
+    try:
+        while child.poll() is None:
+            if received and time.monotonic() - min(received.values()) > GRACE_S:
+                signal_group(child.pid, signal.SIGKILL)
+            time.sleep(0.05)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if child.poll() is None:
+            signal_group(child.pid, signal.SIGKILL)
+            child.wait()
+    if received:
+        raise KeyboardInterrupt(signal.Signals(next(iter(received))).name)
+    return child.returncode
+
+
+def signal_group(leader: int, signum: int) -> None:
+    """Send `signum` to the process group `leader` leads (nothing if it is gone)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader, signum)
