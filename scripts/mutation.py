@@ -147,7 +147,7 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
-    "fedaa_synthesis": Target(  # Eq. 4 (fedaa.md §2.4): the server's adversarial examples
+    "fedaa_synthesis": Target(  # Eq. 4 (FedAA's Sec. 3.3): the server's adversarial examples
         {
             "src/fedshare/functional/fooling.py": (
                 "Box.clamp",
@@ -170,7 +170,7 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
-    "rebafl": Target(  # rebafl.md §2: R-BSM (Eqs. 9-10), prototypes (Eqs. 15, 18, 21, 23)
+    "rebafl": Target(  # ReBaFL's Sec. 4.1-4.2: R-BSM (Eqs. 9-10), prototypes (Eqs. 15, 18, 21, 23)
         {
             "src/fedshare/functional/calibration.py": (
                 "class_counts",
@@ -231,7 +231,7 @@ METHODS: dict[str, Target] = {
         + " tests/test_batched.py::test_strategies_with_per_client_state_run_batched"
         "[2-epochs-rebafl]",
     ),
-    "fedpft": Target(  # fedpft.md §2: per-class GMMs by EM, the wire, sampling, the head
+    "fedpft": Target(  # FedPFT's Sec. 4: per-class GMMs by EM, the wire, sampling, the head
         {
             "src/fedshare/functional/gmm.py": (
                 "GaussianMixture.full_covariances",
@@ -264,7 +264,7 @@ METHODS: dict[str, Target] = {
         " tests/test_fedpft.py::test_shrink_policy_and_per_client_components"
         " tests/test_fedpft.py::test_fedpft_is_deterministic_and_seed_dependent",
     ),
-    "xormixfl": Target(  # xormixfl.md §3: blends (Eq. 1), XOR encode / decode (Eqs. 2-3)
+    "xormixfl": Target(  # XorMixFL's Sec. 3: blends (Eq. 1), XOR encode / decode (Eqs. 2-3)
         {
             "src/fedshare/functional/xor_mixup.py": (
                 "to_bytes",
@@ -500,7 +500,7 @@ METHODS: dict[str, Target] = {
         + " tests/test_batched.py::test_strategies_with_their_own_local_loss_run_batched"
         "[2-epochs-fedgen]",
     ),
-    "dsfl": Target(  # specs/fedpft.md §4.3: top-K of the update, mask + values, error feedback
+    "dsfl": Target(  # FedPFT's App. D.1: top-K of the update, mask + values, error feedback
         {
             "src/fedshare/functional/sparse.py": ("top_k_mask", "pack", "unpack"),
             "src/fedshare/strategies/dsfl.py": (

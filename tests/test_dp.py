@@ -1,4 +1,4 @@
-"""DP-FedPFT's mechanism (fedshare.privacy.dp): specs/fedpft.md §2.5, §7 A17, §8 C7–C9."""
+"""DP-FedPFT's mechanism (fedshare.privacy.dp): FedPFT's Sec. 4.3, Theorem 4.1, App. B."""
 
 import math
 
