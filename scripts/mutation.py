@@ -79,6 +79,9 @@ class Target:
     """The pytest arguments of the method's own tests."""
 
 
+PARTITION_TESTS = "tests/test_partition.py -k 'not cli and not png and not plot'"
+"""The partitioners' tests without the CLI and plotting ones (seconds, not minutes)."""
+
 METHODS: dict[str, Target] = {
     "fedaa": Target(
         {
@@ -554,6 +557,88 @@ METHODS: dict[str, Target] = {
                 "the_server_distils_its_features_from_the_mean_or_a_fresh_head_for_the_pooled_steps",
             )
         ),
+    ),
+    # ------------------------------------------------ beyond the strategies: data/, privacy/
+    "label_skew": Target(  # NIID-Bench's Dir(α) and #C=q; FLea's block-wise Dir(α) (App. C.1)
+        {
+            "src/fedshare/data/label_skew.py": (
+                "hetero_dirichlet",
+                "dirichlet",
+                "dirichlet_blocks",
+                "quantity",
+            ),
+            "src/fedshare/data/partition.py": ("iid",),
+        },
+        f"{PARTITION_TESTS} tests/test_mutation_partitions.py",
+    ),
+    "pathological": Target(  # ReBaFL's pathological and clustered splits (Sec. 5.1), shards
+        {
+            "src/fedshare/data/pathological.py": (
+                "draw_label_sets",
+                "take_from_pools",
+                "pathological",
+                "clustered",
+                "islands",
+                "shards",
+            ),
+        },
+        PARTITION_TESTS,
+    ),
+    "label_deficit_shift": Target(  # XorMixFL's target-label deficit (Sec. 4.1); domain shifts
+        {
+            "src/fedshare/data/label_deficit.py": ("xormix",),
+            "src/fedshare/data/shift.py": ("task", "covariate", "_rotate", "transform_inputs"),
+        },
+        PARTITION_TESTS,
+    ),
+    "dp": Target(  # DP-FedPFT (FedPFT's Sec. 4.3, Theorem 4.1): calibration and the release
+        {
+            "src/fedshare/privacy/dp.py": (
+                "mean_cov_sensitivity",
+                "fedpft_noise_std",
+                "gaussian_delta",
+                "check_paper_calibration",
+                "analytic_gaussian_std",
+                "noise_std",
+                "project_psd",
+                "symmetric_noise",
+                "private_mean_cov",
+                "reduce_covariance",
+                "_check_budget",
+            ),
+        },
+        "tests/test_dp.py",
+    ),
+    "privacy_metrics": Target(  # FLea's dCor (Sec. 3.3.2), exposure; XorMixFL's MDS (Sec. 4.2)
+        {
+            "src/fedshare/privacy/dcor.py": (
+                "_flatten",
+                "squared_distances",
+                "_safe_sqrt",
+                "double_center",
+                "_nu2",
+                "_centred",
+                "distance_correlation",
+                "chunks",
+                "mean_distance_correlation",
+            ),
+            "src/fedshare/privacy/exposure.py": (
+                "ExposureTracker.record_shared",
+                "ExposureTracker.record_delivery",
+                "ExposureTracker.pair_exposure",
+                "ExposureTracker.data_fractions",
+                "ExposureTracker.metrics",
+                "expected_pair_exposure",
+            ),
+            "src/fedshare/privacy/mds.py": (
+                "classical_mds",
+                "min_contributor_distance",
+                "distance_stats",
+            ),
+        },
+        "tests/test_dcor.py tests/test_xormixfl.py::test_mds_metric"
+        " tests/test_flea.py::test_directed_pair_exposure_follows_the_closed_form"
+        " tests/test_flea.py::test_exposure_tracker_data_fractions_and_state",
     ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
