@@ -607,7 +607,7 @@ METHODS: dict[str, Target] = {
                 "_check_budget",
             ),
         },
-        "tests/test_dp.py",
+        "tests/test_dp.py tests/test_mutation_privacy.py",
     ),
     "privacy_metrics": Target(  # FLea's dCor (Sec. 3.3.2), exposure; XorMixFL's MDS (Sec. 4.2)
         {
