@@ -187,3 +187,29 @@ def test_iid_is_a_seeded_permutation_in_equal_shares():
     got = split(labels, 4, {"name": "iid"}, 5)
     want = np.array_split(np.random.default_rng(5).permutation(21), 4)
     assert [p.tolist() for p in got] == [p.tolist() for p in want]
+
+
+def test_the_partitioners_defaults_are_their_documented_values():
+    """dirichlet: α = 0.5, min_size = C, 1000 draws; dirichlet_blocks: balanced blocks of 100
+    clients; quantity: q = 2."""
+    labels = make_labels([30] * 4)
+    expected = reference_dirichlet(
+        labels, np.arange(120), 5, np.random.default_rng(7), alpha=0.5, least=4
+    )
+    got = split(labels, 5, {"name": "dirichlet"}, 7)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+    one_class = np.zeros(10, dtype=np.int64)  # α → 0 almost never cuts 10 samples at 5 | 5
+    with pytest.raises(FedshareError, match="in 1000 draws"):
+        split(one_class, 2, {"name": "dirichlet", "alpha": 1e-3, "min_size": 5}, 0)
+    cfg = {"name": "dirichlet_blocks", "alpha": 5.0, "min_size": 1}
+    blocks = make_partition(make_labels([1000] * 4), 200, cfg, np.random.default_rng(0))
+    assert blocks.info == {"blocks": 2, "clients_per_block": 100, "mode": "balanced"}
+    q = split(labels, 4, {"name": "quantity"}, 0)
+    assert all(len(np.unique(labels[p])) == 2 for p in q)
+
+
+def test_one_client_per_block_is_allowed():
+    labels = make_labels([20] * 2)
+    cfg = {"name": "dirichlet_blocks", "clients_per_block": 1, "min_size": 1}
+    p = make_partition(labels, 2, cfg, np.random.default_rng(0))
+    assert p.info["blocks"] == 2 and [len(ix) for ix in p.client_indices] == [20, 20]
