@@ -1,8 +1,9 @@
 """Mutation testing of the methods' core math with cosmic-ray (docs/mutation.md).
 
-Per method: the functions that hold its losses, updates, aggregations and message routing
-(`METHODS`: module -> qualified function names, under src/fedshare/strategies/ and
-src/fedshare/functional/) and the method's own tests. For each method the script
+Per method (or library part: the partitioners, the DP release, the privacy metrics): the
+functions that hold its losses, updates, aggregations, message routing, random draws or
+released statistics (`METHODS`: module -> qualified function names, a module anywhere under
+src/fedshare/) and its own tests. For each entry the script
 
 1. copies the working tree (tracked and untracked, not ignored files) into a scratch folder, so
    the mutants never touch the checkout (other runs may be importing it);
