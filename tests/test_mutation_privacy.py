@@ -1,6 +1,7 @@
 """DP-FedPFT's release (FedPFT's Sec. 4.3, Theorem 4.1) statistic by statistic: the noise on
 the mean and on every covariance entry has the scale its calibration returns, under both
-calibrations; the budget checks name the bad value (docs/mutation.md, `dp`)."""
+calibrations; the budget checks name the bad value (docs/mutation.md, `dp`). And the privacy
+metrics' inputs: exposure's direction and per-client fractions, MDS's kept dimensions."""
 
 import math
 
@@ -17,6 +18,8 @@ from fedshare.privacy.dp import (
     reduce_covariance,
     symmetric_noise,
 )
+from fedshare.privacy.exposure import ExposureTracker, expected_pair_exposure
+from fedshare.privacy.mds import classical_mds, distance_stats, min_contributor_distance
 
 
 def unit_rows(n: int, d: int, seed: int) -> torch.Tensor:
@@ -106,3 +109,53 @@ def test_covariance_families_and_budget_errors():
     # a row exactly on the unit sphere is inside the ball
     on_sphere = torch.nn.functional.normalize(torch.ones(3, 2), dim=1)
     assert private_mean_cov(on_sphere, 1.0, 0.5)[2] > 0
+
+
+# ------------------------------------------- the privacy metrics' inputs (docs/mutation.md)
+def test_pair_exposure_is_directed_and_data_exposure_per_client():
+    """FLea's exposure (Sec. 4.4): ξ_ij is set by a delivery from owner i to receiver j only;
+    the data metrics average, maximise and pool the clients' exposed fractions."""
+    tracker = ExposureTracker([4, 10, 5])
+    tracker.record_delivery([1], [2])
+    tracker.record_delivery([], [0, 1])  # nothing delivered
+    assert tracker.pairs.nonzero().tolist() == [[1, 2]]
+    tracker.record_shared(1, torch.tensor([], dtype=torch.long))
+    tracker.record_shared(0, torch.tensor([0, 3]))
+    tracker.record_shared(2, torch.tensor([4]))
+    assert tracker.data_fractions() == [0.5, 0.0, 0.2]
+    assert tracker.metrics() == pytest.approx(
+        {
+            "exposure_pairs": 1 / 9,
+            "exposure_data_mean": 0.7 / 3,
+            "exposure_data_max": 0.5,
+            "exposure_data_total": 3 / 19,
+            "exposure_clients": 2 / 3,
+        }
+    )
+    assert expected_pair_exposure(1, 0.5) == 0.0
+    assert expected_pair_exposure(3, 0.5) == pytest.approx(1 - 0.75**2)
+
+
+def test_classical_mds_keeps_the_largest_eigenvalues():
+    """XorMixFL's MDS distance (Sec. 4.2): `dims=1` keeps the principal axis, so points spread
+    along x and barely along y keep their x-distances; dimensions past the positive
+    eigenvalues are zero."""
+    x = torch.tensor([[0.0, 0.0], [3.0, 0.1], [7.0, -0.1], [10.0, 0.0]], dtype=torch.float64)
+    one = classical_mds(x, 1)
+    torch.testing.assert_close(
+        torch.cdist(one, one), torch.cdist(x[:, :1], x[:, :1]), atol=0.05, rtol=0
+    )
+    line = torch.tensor([[0.0, 0.0], [1.0, 1.0], [3.0, 3.0]], dtype=torch.float64)
+    three = classical_mds(line, 3)
+    assert float(three[:, 1:].abs().max()) < 1e-6
+    torch.testing.assert_close(torch.cdist(three, three), torch.cdist(line, line))
+    samples, parents = torch.zeros(2, 2), torch.tensor([[[3.0, 4.0], [6.0, 8.0]]] * 2)
+    torch.testing.assert_close(
+        min_contributor_distance(samples, parents, dims=1), torch.tensor([5.0, 5.0]).double()
+    )
+
+
+def test_distance_stats_of_no_samples_are_nan_under_the_prefix():
+    stats = distance_stats(torch.tensor([]), prefix="mix")
+    assert set(stats) == {"mix_mean", "mix_std"} and all(math.isnan(v) for v in stats.values())
+    assert distance_stats(torch.tensor([2.0, 2.0, 5.0]))["mds_std"] == pytest.approx(math.sqrt(2))
