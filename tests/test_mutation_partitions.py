@@ -213,3 +213,12 @@ def test_one_client_per_block_is_allowed():
     cfg = {"name": "dirichlet_blocks", "clients_per_block": 1, "min_size": 1}
     p = make_partition(labels, 2, cfg, np.random.default_rng(0))
     assert p.info["blocks"] == 2 and [len(ix) for ix in p.client_indices] == [20, 20]
+
+
+def test_dirichlet_blocks_min_size_defaults_to_the_classes_and_is_checked_per_block():
+    labels = make_labels([30] * 4)
+    cfg = {"name": "dirichlet_blocks", "alpha": 2.0, "blocks": 2}
+    p = make_partition(labels, 4, cfg, np.random.default_rng(0))
+    assert min(p.sizes) >= 4
+    with pytest.raises(FedshareError, match=r"min_size=31 is infeasible: 2 clients × 31"):
+        make_partition(labels, 4, cfg | {"min_size": 31}, np.random.default_rng(0))
