@@ -254,7 +254,7 @@ METHODS: dict[str, Target] = {
                 "FedPFT.synthesize",
                 "FedPFT.aggregate",
             ),
-            "src/fedshare/strategies/_feature_heads.py": ("fit_head",),  # §7 A8, shared
+            "src/fedshare/strategies/_feature_heads.py": ("fit_head",),  # App. D.1's head
         },
         "tests/test_fedpft.py::test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out"
         " tests/test_fedpft.py::test_synthesis_draws_round_n_times_multiplier_at_least_one_from"
