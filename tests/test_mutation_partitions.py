@@ -21,18 +21,22 @@ def reference_dirichlet(
     labels: np.ndarray, pool: np.ndarray, k: int, rng: np.random.Generator, alpha: float, least: int
 ) -> list[np.ndarray]:
     """NIID-Bench's `noniid-labeldir` loop: per class, shuffle, p ~ Dir(α), zero p for a client
-    holding ≥ N/K already, cut at the cumulative proportions; redraw until min size ≥ least."""
+    holding ≥ N/K already, cut at the cumulative proportions; redraw until min size ≥ least,
+    or at once when every open client's p underflowed to 0 (NIID-Bench would divide by 0)."""
     while True:
         batch: list[list[int]] = [[] for _ in range(k)]
         for c in np.unique(labels[pool]):
             members = rng.permutation(pool[labels[pool] == c])
             p = rng.dirichlet(np.repeat(alpha, k))
             p = np.array([pj * (len(b) < len(pool) / k) for pj, b in zip(p, batch, strict=True)])
+            if p.sum() == 0:
+                break
             cuts = (np.cumsum(p / p.sum()) * len(members)).astype(int)[:-1]
             for b, piece in zip(batch, np.split(members, cuts), strict=True):
                 b.extend(piece.tolist())
-        if min(len(b) for b in batch) >= least:
-            return [np.array(b, dtype=np.int64) for b in batch]
+        else:
+            if min(len(b) for b in batch) >= least:
+                return [np.array(b, dtype=np.int64) for b in batch]
 
 
 def split(labels: np.ndarray, k: int, cfg: dict, seed: int) -> list[np.ndarray]:
@@ -222,3 +226,29 @@ def test_dirichlet_blocks_min_size_defaults_to_the_classes_and_is_checked_per_bl
     assert min(p.sizes) >= 4
     with pytest.raises(FedshareError, match=r"min_size=31 is infeasible: 2 clients × 31"):
         make_partition(labels, 4, cfg | {"min_size": 31}, np.random.default_rng(0))
+
+
+def test_dirichlet_redraws_when_every_open_client_drew_zero():
+    """α = 1e-3: a class's mass lands on one client, and often on the client the cap closed,
+    leaving no open client with p > 0; that draw is redrawn (never divided by zero)."""
+    labels = np.repeat(np.arange(2), 10)
+    rng = np.random.default_rng(0)
+    closed = 0
+    for _ in range(200):  # the reference's own draws: how often does it happen?
+        p = rng.dirichlet(np.full(2, 1e-3))
+        closed += int(p.max() == 1.0)
+    assert closed > 100  # so the seeds below meet it
+    for seed in range(5):
+        got = split(labels, 2, {"name": "dirichlet", "alpha": 1e-3, "min_size": 1}, seed)
+        want = reference_dirichlet(labels, np.arange(20), 2, np.random.default_rng(seed), 1e-3, 1)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+        assert sorted(np.concatenate(got).tolist()) == list(range(20))
+
+
+def test_one_explicit_block_is_allowed():
+    labels = make_labels([20] * 3)
+    cfg = {"name": "dirichlet_blocks", "blocks": 1, "min_size": 1}
+    p = make_partition(labels, 3, cfg, np.random.default_rng(0))
+    want = reference_dirichlet(labels, np.arange(60), 3, np.random.default_rng(0), 0.5, 1)
+    assert p.info["blocks"] == 1
+    assert all(np.array_equal(a, b) for a, b in zip(p.client_indices, want, strict=True))
