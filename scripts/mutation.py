@@ -642,6 +642,36 @@ METHODS: dict[str, Target] = {
         " tests/test_flea.py::test_exposure_tracker_data_fractions_and_state"
         " tests/test_mutation_privacy.py -k 'exposure or mds or distance_stats'",
     ),
+    "functional_rest": Target(  # functional/ functions no method entry lists
+        {
+            "src/fedshare/functional/calibration.py": (
+                "relaxed_balanced_softmax_loss",  # ReBaFL's Eqs. 9-12
+                "logit_adjustment",  # FedLC
+                "restricted_logits",  # FedRS
+            ),
+            "src/fedshare/functional/gmm.py": (
+                "check_covariance_type",
+                "component_params",
+                "pack_mixtures",
+            ),
+            "src/fedshare/functional/mixup.py": ("beta_weights",),
+        },
+        " ".join(
+            f"tests/test_{name}"
+            for name in (
+                "rebafl.py::test_rbsm_with_eps_one_is_plain_cross_entropy",
+                "rebafl.py::test_rbsm_with_eps_zero_is_balanced_softmax_over_present_classes",
+                "rebafl.py::test_one_class_client_bsm_loss_and_gradient_are_zero_but_not_under_rbsm",
+                "rebafl.py::test_absent_class_row_is_frozen_by_bsm_and_pushed_less_by_rbsm_than"
+                "_softmax",
+                "rebafl.py::test_fedlc_offsets_and_fedrs_scaling",
+                "rebafl.py::test_bad_calibration_values_are_rejected",
+                "gmm.py::test_component_parameter_counts",
+                "gmm.py::test_wire_round_trip_and_byte_count",
+                "flea.py::test_beta_two_two_moments_and_per_batch_draws",
+            )
+        ),
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 
