@@ -583,7 +583,7 @@ METHODS: dict[str, Target] = {
                 "shards",
             ),
         },
-        PARTITION_TESTS,
+        f"{PARTITION_TESTS} tests/test_mutation_partitions.py",
     ),
     "label_deficit_shift": Target(  # XorMixFL's target-label deficit (Sec. 4.1); domain shifts
         {

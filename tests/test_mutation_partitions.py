@@ -252,3 +252,56 @@ def test_one_explicit_block_is_allowed():
     want = reference_dirichlet(labels, np.arange(60), 3, np.random.default_rng(0), 0.5, 1)
     assert p.info["blocks"] == 1
     assert all(np.array_equal(a, b) for a, b in zip(p.client_indices, want, strict=True))
+
+
+# ------------------------------------------- ReBaFL's label-set splits (Sec. 5.1), FedAA's islands
+def reference_label_sets(
+    labels: np.ndarray, sizes: list[int], amounts: list[list[int]], rng: np.random.Generator
+) -> list[list[int]]:
+    """Each client draws its classes uniformly without replacement, redrawn until every class
+    has a holder; then takes its amounts from each class's shuffled pool in client order,
+    wrapping around a pool that runs out."""
+    c = labels.max() + 1
+    while True:
+        sets = [sorted(rng.choice(c, size=s, replace=False).tolist()) for s in sizes]
+        if len({x for s in sets for x in s}) == c:
+            break
+    pools = [rng.permutation(np.flatnonzero(labels == cls)) for cls in range(c)]
+    used = [0] * c
+    out = []
+    for classes, counts in zip(sets, amounts, strict=True):
+        mine = []
+        for cls, amount in zip(classes, counts, strict=True):
+            mine += [int(pools[cls][(used[cls] + i) % len(pools[cls])]) for i in range(amount)]
+            used[cls] += amount
+        out.append(mine)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("k", "q", "per_class", "seed"), [(5, 2, 4, 0), (4, 3, 7, 1), (6, 1, 3, 2)]
+)
+def test_pathological_is_the_label_set_draw_then_the_pools_in_client_order(k, q, per_class, seed):
+    labels = make_labels([10, 12, 8, 11], seed)
+    cfg = {"name": "pathological", "classes_per_client": q, "per_class": per_class}
+    got = split(labels, k, cfg, seed)
+    want = reference_label_sets(labels, [q] * k, [[per_class] * q] * k, np.random.default_rng(seed))
+    assert [p.tolist() for p in got] == want
+
+
+def test_clustered_splits_the_client_size_evenly_over_its_groups_classes():
+    labels = make_labels([30] * 5, 3)
+    cfg = {"name": "clustered", "group_classes": [1, 2, 3], "client_size": 7}
+    p = make_partition(labels, 6, cfg, np.random.default_rng(3))
+    amounts = [[7], [4, 3], [3, 2, 2]] * 2
+    want = reference_label_sets(labels, [1, 2, 3] * 2, amounts, np.random.default_rng(3))
+    assert [ix.tolist() for ix in p.client_indices] == want
+    assert p.groups.tolist() == [0, 1, 2, 0, 1, 2]
+    assert sorted(np.count_nonzero(p.class_counts, axis=1).tolist()) == [1, 1, 2, 2, 3, 3]
+
+
+def test_islands_give_each_client_one_whole_class_in_a_random_order():
+    labels = make_labels([3, 5, 4], 1)
+    got = split(labels, 3, {"name": "islands"}, 8)
+    order = np.random.default_rng(8).permutation(3)
+    assert [p.tolist() for p in got] == [np.flatnonzero(labels == c).tolist() for c in order]
