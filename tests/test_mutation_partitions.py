@@ -305,3 +305,10 @@ def test_islands_give_each_client_one_whole_class_in_a_random_order():
     got = split(labels, 3, {"name": "islands"}, 8)
     order = np.random.default_rng(8).permutation(3)
     assert [p.tolist() for p in got] == [np.flatnonzero(labels == c).tolist() for c in order]
+
+
+def test_dirichlet_blocks_try_a_thousand_draws_per_block():
+    one_class = np.zeros(10, dtype=np.int64)
+    cfg = {"name": "dirichlet_blocks", "alpha": 1e-3, "min_size": 5, "blocks": 1}
+    with pytest.raises(FedshareError, match="in 1000 draws of block 0"):
+        split(one_class, 2, cfg, 0)
