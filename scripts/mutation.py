@@ -80,8 +80,11 @@ class Target:
     """The pytest arguments of the method's own tests."""
 
 
-PARTITION_TESTS = "tests/test_partition.py -k 'not cli and not png and not plot'"
-"""The partitioners' tests without the CLI and plotting ones (seconds, not minutes)."""
+PARTITION_TESTS = (
+    "tests/test_partition.py -k 'not partition_cli and not partition_png and not plot_partition'"
+)
+"""The partitioners' tests without the CLI and plotting ones (seconds, not minutes). The -k
+applies to every file of a selection: its words must not match other tests' names."""
 
 METHODS: dict[str, Target] = {
     "fedaa": Target(
