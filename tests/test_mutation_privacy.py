@@ -12,6 +12,7 @@ from fedshare.errors import FedshareError
 from fedshare.privacy.dp import (
     analytic_gaussian_std,
     fedpft_noise_std,
+    gaussian_delta,
     mean_cov_sensitivity,
     noise_std,
     private_mean_cov,
@@ -159,3 +160,12 @@ def test_distance_stats_of_no_samples_are_nan_under_the_prefix():
     stats = distance_stats(torch.tensor([]), prefix="mix")
     assert set(stats) == {"mix_mean", "mix_std"} and all(math.isnan(v) for v in stats.values())
     assert distance_stats(torch.tensor([2.0, 2.0, 5.0]))["mds_std"] == pytest.approx(math.sqrt(2))
+
+
+@pytest.mark.parametrize("sensitivity", [1e-8, 0.05, 30.0])
+def test_analytic_sigma_meets_the_exact_condition_at_any_sensitivity(sensitivity):
+    """The bisection's bracket scales with Δ: at Δ = 1e-8 (n ≈ 6·10⁸) as at Δ = 30 the returned
+    σ achieves δ with equality (Balle & Wang 2018, Theorem 8) and is proportional to Δ."""
+    sigma = analytic_gaussian_std(sensitivity, 1.0, 1e-5)
+    assert gaussian_delta(sigma, sensitivity, 1.0) == pytest.approx(1e-5, rel=1e-6)
+    assert sigma / sensitivity == pytest.approx(analytic_gaussian_std(1.0, 1.0, 1e-5), rel=1e-9)
