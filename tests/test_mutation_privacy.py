@@ -169,3 +169,9 @@ def test_analytic_sigma_meets_the_exact_condition_at_any_sensitivity(sensitivity
     sigma = analytic_gaussian_std(sensitivity, 1.0, 1e-5)
     assert gaussian_delta(sigma, sensitivity, 1.0) == pytest.approx(1e-5, rel=1e-6)
     assert sigma / sensitivity == pytest.approx(analytic_gaussian_std(1.0, 1.0, 1e-5), rel=1e-9)
+
+
+def test_a_row_just_outside_the_unit_ball_is_rejected():
+    x = torch.tensor([[1.01, 0.0], [0.0, 0.5]], dtype=torch.float64)
+    with pytest.raises(FedshareError, match="unit ball"):
+        private_mean_cov(x, 1.0)
