@@ -1,4 +1,4 @@
-"""FedPFT's communication-accuracy frontier (Figs. 1/4 stand-in, specs/fedpft.md §5), plotted
+"""FedPFT's communication-accuracy frontier (Figs. 1/4 stand-in, FedPFT's Sec. 5.2), plotted
 from the cells of `fedpft/table5 --scale frontier`: the one-shot methods as points and the
 multi-round heads as curves over their rounds, accuracy against the bytes sent so far (up +
 down + peer, the engine's counts; a one-shot method's final download included).

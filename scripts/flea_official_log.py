@@ -1,7 +1,7 @@
 """The FLea authors' UCI-HAR training log: store it as numbers, and compare runs with it.
 
 The authors' repository (github.com/XTxiatong/FLea) ships one real training log,
-`models/logs/FLea_HAR_K150_Dir0.1.log` (flea.md spec, header and §8 item 20): FLea on UCI-HAR,
+`models/logs/FLea_HAR_K150_Dir0.1.log` (FLea's Table 1 reports the best round): FLea on UCI-HAR,
 K = 150, Dir(0.1), seed 0. It prints the partition (per client: class fractions and size) and
 the global test accuracy after every round (round 0 is the warm-up). `extract` keeps those
 facts in `fedshare/paper/logs/<name>.json`; `compare` prints the curve statistics of fedshare

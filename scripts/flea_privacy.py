@@ -1,4 +1,4 @@
-"""FLea's privacy figure (Fig. 9(b), 9(c); flea.md §7, §9 B16, B19): UCI-HAR at the paper's
+"""FLea's privacy figure (Fig. 9(b), 9(c); FLea's Sec. 4.4, App. D): UCI-HAR at the paper's
 scale by default, any FLea setting with --experiment and --set.
 
 Trains FLea on a Table 1 preset with λ2 = 3 and λ2 = 0 (constant, warm-up included),

@@ -1,8 +1,9 @@
 """Mutation testing of the methods' core math with cosmic-ray (docs/mutation.md).
 
-Per method: the functions that hold its losses, updates, aggregations and message routing
-(`METHODS`: module -> qualified function names, under src/fedshare/strategies/ and
-src/fedshare/functional/) and the method's own tests. For each method the script
+Per method (or library part: the partitioners, the DP release, the privacy metrics): the
+functions that hold its losses, updates, aggregations, message routing, random draws or
+released statistics (`METHODS`: module -> qualified function names, a module anywhere under
+src/fedshare/) and its own tests. For each entry the script
 
 1. copies the working tree (tracked and untracked, not ignored files) into a scratch folder, so
    the mutants never touch the checkout (other runs may be importing it);
@@ -79,6 +80,12 @@ class Target:
     """The pytest arguments of the method's own tests."""
 
 
+PARTITION_TESTS = (
+    "tests/test_partition.py -k 'not partition_cli and not partition_png and not plot_partition'"
+)
+"""The partitioners' tests without the CLI and plotting ones (seconds, not minutes). The -k
+applies to every file of a selection: its words must not match other tests' names."""
+
 METHODS: dict[str, Target] = {
     "fedaa": Target(
         {
@@ -147,7 +154,7 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
-    "fedaa_synthesis": Target(  # Eq. 4 (fedaa.md §2.4): the server's adversarial examples
+    "fedaa_synthesis": Target(  # Eq. 4 (FedAA's Sec. 3.3): the server's adversarial examples
         {
             "src/fedshare/functional/fooling.py": (
                 "Box.clamp",
@@ -170,7 +177,7 @@ METHODS: dict[str, Target] = {
             )
         ),
     ),
-    "rebafl": Target(  # rebafl.md §2: R-BSM (Eqs. 9-10), prototypes (Eqs. 15, 18, 21, 23)
+    "rebafl": Target(  # ReBaFL's Sec. 4.1-4.2: R-BSM (Eqs. 9-10), prototypes (Eqs. 15, 18, 21, 23)
         {
             "src/fedshare/functional/calibration.py": (
                 "class_counts",
@@ -231,7 +238,7 @@ METHODS: dict[str, Target] = {
         + " tests/test_batched.py::test_strategies_with_per_client_state_run_batched"
         "[2-epochs-rebafl]",
     ),
-    "fedpft": Target(  # fedpft.md §2: per-class GMMs by EM, the wire, sampling, the head
+    "fedpft": Target(  # FedPFT's Sec. 4: per-class GMMs by EM, the wire, sampling, the head
         {
             "src/fedshare/functional/gmm.py": (
                 "GaussianMixture.full_covariances",
@@ -250,7 +257,7 @@ METHODS: dict[str, Target] = {
                 "FedPFT.synthesize",
                 "FedPFT.aggregate",
             ),
-            "src/fedshare/strategies/_feature_heads.py": ("fit_head",),  # §7 A8, shared
+            "src/fedshare/strategies/_feature_heads.py": ("fit_head",),  # App. D.1's head
         },
         "tests/test_fedpft.py::test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out"
         " tests/test_fedpft.py::test_synthesis_draws_round_n_times_multiplier_at_least_one_from"
@@ -264,7 +271,7 @@ METHODS: dict[str, Target] = {
         " tests/test_fedpft.py::test_shrink_policy_and_per_client_components"
         " tests/test_fedpft.py::test_fedpft_is_deterministic_and_seed_dependent",
     ),
-    "xormixfl": Target(  # xormixfl.md §3: blends (Eq. 1), XOR encode / decode (Eqs. 2-3)
+    "xormixfl": Target(  # XorMixFL's Sec. 3: blends (Eq. 1), XOR encode / decode (Eqs. 2-3)
         {
             "src/fedshare/functional/xor_mixup.py": (
                 "to_bytes",
@@ -500,7 +507,7 @@ METHODS: dict[str, Target] = {
         + " tests/test_batched.py::test_strategies_with_their_own_local_loss_run_batched"
         "[2-epochs-fedgen]",
     ),
-    "dsfl": Target(  # specs/fedpft.md §4.3: top-K of the update, mask + values, error feedback
+    "dsfl": Target(  # FedPFT's App. D.1: top-K of the update, mask + values, error feedback
         {
             "src/fedshare/functional/sparse.py": ("top_k_mask", "pack", "unpack"),
             "src/fedshare/strategies/dsfl.py": (
@@ -552,6 +559,119 @@ METHODS: dict[str, Target] = {
                 "fedbe_distils_the_teachers_mean_probability_into_swa_from_the_chosen_step",
                 "fedbe_student_is_the_swa_average_and_reduces_to_the_last_iterate",
                 "the_server_distils_its_features_from_the_mean_or_a_fresh_head_for_the_pooled_steps",
+            )
+        ),
+    ),
+    # ------------------------------------------------ beyond the strategies: data/, privacy/
+    "label_skew": Target(  # NIID-Bench's Dir(α) and #C=q; FLea's block-wise Dir(α) (App. C.1)
+        {
+            "src/fedshare/data/label_skew.py": (
+                "hetero_dirichlet",
+                "dirichlet",
+                "dirichlet_blocks",
+                "quantity",
+            ),
+            "src/fedshare/data/partition.py": ("iid",),
+        },
+        f"{PARTITION_TESTS} tests/test_mutation_partitions.py",
+    ),
+    "pathological": Target(  # ReBaFL's pathological and clustered splits (Sec. 5.1), shards
+        {
+            "src/fedshare/data/pathological.py": (
+                "draw_label_sets",
+                "take_from_pools",
+                "pathological",
+                "clustered",
+                "islands",
+                "shards",
+            ),
+        },
+        f"{PARTITION_TESTS} tests/test_mutation_partitions.py",
+    ),
+    "label_deficit_shift": Target(  # XorMixFL's target-label deficit (Sec. 4.1); domain shifts
+        {
+            "src/fedshare/data/label_deficit.py": ("xormix",),
+            "src/fedshare/data/shift.py": ("task", "covariate", "_rotate", "transform_inputs"),
+        },
+        PARTITION_TESTS,
+    ),
+    "dp": Target(  # DP-FedPFT (FedPFT's Sec. 4.3, Theorem 4.1): calibration and the release
+        {
+            "src/fedshare/privacy/dp.py": (
+                "mean_cov_sensitivity",
+                "fedpft_noise_std",
+                "gaussian_delta",
+                "check_paper_calibration",
+                "analytic_gaussian_std",
+                "noise_std",
+                "project_psd",
+                "symmetric_noise",
+                "private_mean_cov",
+                "reduce_covariance",
+                "_check_budget",
+            ),
+        },
+        "tests/test_dp.py tests/test_mutation_privacy.py",
+    ),
+    "privacy_metrics": Target(  # FLea's dCor (Sec. 3.3.2), exposure; XorMixFL's MDS (Sec. 4.2)
+        {
+            "src/fedshare/privacy/dcor.py": (
+                "_flatten",
+                "squared_distances",
+                "_safe_sqrt",
+                "double_center",
+                "_nu2",
+                "_centred",
+                "distance_correlation",
+                "chunks",
+                "mean_distance_correlation",
+            ),
+            "src/fedshare/privacy/exposure.py": (
+                "ExposureTracker.record_shared",
+                "ExposureTracker.record_delivery",
+                "ExposureTracker.pair_exposure",
+                "ExposureTracker.data_fractions",
+                "ExposureTracker.metrics",
+                "expected_pair_exposure",
+            ),
+            "src/fedshare/privacy/mds.py": (
+                "classical_mds",
+                "min_contributor_distance",
+                "distance_stats",
+            ),
+        },
+        "tests/test_dcor.py tests/test_xormixfl.py::test_mds_metric"
+        " tests/test_flea.py::test_directed_pair_exposure_follows_the_closed_form"
+        " tests/test_flea.py::test_exposure_tracker_data_fractions_and_state"
+        " tests/test_mutation_privacy.py -k 'exposure or mds or distance_stats'",
+    ),
+    "functional_rest": Target(  # functional/ functions no method entry lists
+        {
+            "src/fedshare/functional/calibration.py": (
+                "relaxed_balanced_softmax_loss",  # ReBaFL's Eqs. 9-12
+                "logit_adjustment",  # FedLC
+                "restricted_logits",  # FedRS
+            ),
+            "src/fedshare/functional/gmm.py": (
+                "check_covariance_type",
+                "component_params",
+                "pack_mixtures",
+            ),
+            "src/fedshare/functional/mixup.py": ("beta_weights",),
+        },
+        " ".join(
+            f"tests/test_{name}"
+            for name in (
+                "rebafl.py::test_rbsm_with_eps_one_is_plain_cross_entropy",
+                "rebafl.py::test_rbsm_with_eps_zero_is_balanced_softmax_over_present_classes",
+                "rebafl.py::test_one_class_client_bsm_loss_and_gradient_are_zero_but_not_under_rbsm",
+                "rebafl.py::test_absent_class_row_is_frozen_by_bsm_and_pushed_less_by_rbsm_than"
+                "_softmax",
+                "rebafl.py::test_fedlc_offsets_and_fedrs_scaling",
+                "rebafl.py::test_bad_calibration_values_are_rejected",
+                "gmm.py::test_component_parameter_counts",
+                "gmm.py::test_wire_round_trip_and_byte_count",
+                "flea.py::test_beta_two_two_moments_and_per_batch_draws",
             )
         ),
     ),

@@ -1,4 +1,4 @@
-"""The context-identification attack of FLea's Fig. 9(d) (flea.md §7, §8 item 27)."""
+"""The context-identification attack of FLea's Fig. 9(d) (FLea's Sec. 4.4, App. D)."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""Distance correlation (fedshare.privacy.dcor): flea.md §9 A items 1–4."""
+"""Distance correlation (fedshare.privacy.dcor): FLea's L_dec (Sec. 3, App. B Eqs. 10–11)."""
 
 import pytest
 import torch
@@ -28,7 +28,7 @@ def test_similarity_transform_gives_one_and_generic_linear_map_less():
     assert distance_correlation(x, similar) == pytest.approx(1.0, abs=1e-4)
     assert distance_correlation(x, similar, eps=0.0) == pytest.approx(1.0, abs=1e-10)
     generic = distance_correlation(x, x @ gaussian(50, 50, seed=2), eps=0.0)
-    assert 0.9 < generic < 1.0 - 1e-3  # spec: 0.968 for one random map
+    assert 0.9 < generic < 1.0 - 1e-3  # measured: 0.968 for one random map
 
 
 @pytest.mark.parametrize("variant", ["code", "paper"])
@@ -43,7 +43,7 @@ def test_values_lie_in_unit_interval(variant):
 def test_small_batch_bias_of_independent_samples():
     far = distance_correlation(gaussian(1000, 2, seed=3), gaussian(1000, 2, seed=4))
     near = distance_correlation(gaussian(32, 3072, seed=5), gaussian(32, 3072, seed=6))
-    assert far < 0.15 and near > 0.95  # spec: 0.08 and 0.999
+    assert far < 0.15 and near > 0.95  # measured: 0.08 and 0.999
 
 
 def test_paper_form_and_its_relation_to_the_code_form():

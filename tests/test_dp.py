@@ -1,4 +1,4 @@
-"""DP-FedPFT's mechanism (fedshare.privacy.dp): specs/fedpft.md §2.5, §7 A17, §8 C7–C9."""
+"""DP-FedPFT's mechanism (fedshare.privacy.dp): FedPFT's Sec. 4.3, Theorem 4.1, App. B."""
 
 import math
 
@@ -22,7 +22,7 @@ from fedshare.privacy.dp import (
 
 
 def test_noise_scale_values() -> None:
-    """C7: σ(100, 1, 0.01) ≈ 0.21893, σ(500, 1, 1/500) ≈ 0.04932, and the §2.5 table."""
+    """Theorem 4.1's σ: σ(100, 1, 0.01) ≈ 0.21893, σ(500, 1, 1/500) ≈ 0.04932, and more."""
     assert fedpft_noise_std(100, 1.0, 0.01) == pytest.approx(0.21893, rel=1e-4)
     assert fedpft_noise_std(500, 1.0, 1 / 500) == pytest.approx(0.04932, rel=1e-4)
     assert fedpft_noise_std(10, 1.0, 0.1) == pytest.approx(1.7179, rel=1e-4)

@@ -1,4 +1,4 @@
-"""DSFL (FedPFT's multi-round baseline, specs/fedpft.md §4.3): the sparse upload's encoding and
+"""DSFL (FedPFT's multi-round baseline, FedPFT's App. D.1): the sparse upload's encoding and
 bytes, keep = 1 is FedAvg, error feedback keeps what was dropped."""
 
 import math

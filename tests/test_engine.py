@@ -157,7 +157,7 @@ def test_learning_rate_schedules():
     assert [learning_rate(exp, r) for r in range(5)] == [1.0, 0.5, 0.25, 0.125, 0.1]
     step = TrainConfig(lr=1.0, lr_schedule="step", lr_decay=0.1, lr_step=10)
     assert learning_rate(step, 9) == 1.0 and learning_rate(step, 10) == pytest.approx(0.1)
-    # FLea's code schedule (flea.md §2.6): 1e-3·(1 − 0.018 g), then 1e-4 from g = 50
+    # FLea's code schedule (docs/flea.md): 1e-3·(1 − 0.018 g), then 1e-4 from g = 50
     flea = TrainConfig(lr=1e-3, lr_schedule="linear", lr_decay=0.018, lr_floor=1e-4)
     assert learning_rate(flea, 49) == pytest.approx(1.18e-4)
     assert learning_rate(flea, 50) == pytest.approx(1e-4)

@@ -59,8 +59,8 @@ ALWAYS_THERE = ("digits", "synthetic", "synthetic_mixture")
 
 
 def server_partition(data: Dataset) -> dict:
-    """The one-shot server strategies need a server with data of its own (specs/xormixfl.md
-    §5): XorMixFL's split with label 1 deficient, as many samples per other label as 4
+    """The one-shot server strategies need a server with data of its own (XorMixFL's
+    Sec. 4.1): XorMixFL's split with label 1 deficient, as many samples per other label as 4
     participants can each get."""
     per_label = int(torch.bincount(data.y_train).min()) // 4
     return {"name": "xormix", "target_labels": [1], "n": 2, "m": per_label}

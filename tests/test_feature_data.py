@@ -1,4 +1,4 @@
-"""Feature datasets for FedPFT (specs/fedpft.md §1, §4): a frozen backbone's cached features
+"""Feature datasets for FedPFT (FedPFT's Sec. 4 and Sec. 5.1): a frozen backbone's cached features
 (`data.features=...`), the user's own features files, the contiguous split, and the synthetic
 mixture stand-in."""
 

@@ -1,4 +1,4 @@
-"""Feature re-calibration (FLea's "CCVR" row, flea.md §5 and §8 item 21): FedAvg, then a classifier
+"""Feature re-calibration (FLea's "CCVR" row, FLea's App. C.3): FedAvg, then a classifier
 re-fitted on the server from uploaded head-input features after the last round."""
 
 import pytest

@@ -1,5 +1,5 @@
-"""FedAA (shared/specs/fedaa.md): its model, its partition and class subset, the pieces of a
-round checked against the spec's §8 properties, and the bytes it counts."""
+"""FedAA (FedAA's Sec. 3, Algorithm 4): its model, its partition and class subset, the pieces of a
+round checked against its equations (docs/fedaa.md), and the bytes it counts."""
 
 import copy
 import warnings
@@ -82,7 +82,7 @@ def test_fedaa_cnn_features_bn_variant_and_identifier_size():
     bn = [m for m in with_bn.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     assert [m.num_features for m in bn] == [64, 256, 384]  # after conv1, conv2, fc1
     identifier = ClientIdentifier(192, 512)
-    assert sum(p.numel() for p in identifier.parameters()) == 361_985  # fedaa.md §2.6
+    assert sum(p.numel() for p in identifier.parameters()) == 361_985  # FedAA's Sec. 3.4 identifier
     with pytest.raises(FedshareError, match="two conv widths"):
         build_model("fedaa_cnn", (3, 32, 32), 10, {"channels": [8]})
 
@@ -267,7 +267,7 @@ def test_finetune_uses_only_the_other_clients_examples():
 
 
 def test_finetune_fits_the_other_clients_labels_with_local_trainings_optimizer():
-    """Eq. 5 with each example's own label, and the optimizer of local training (spec §2.5):
+    """Eq. 5 with each example's own label, and the optimizer of local training (FedAA's Sec. 3.3):
     `finetune_lr=None` takes the round's local lr, so the result is that optimizer's steps."""
     strategy = FedAA(**{**QUICK, "finetune_epochs": 30})
     fedaa_run(strategy)
@@ -425,7 +425,7 @@ def test_the_second_pass_uses_the_received_identifier_exactly_when_lambda_is_pos
 
 def test_eq7_is_ce_plus_weighted_softplus_of_the_identifiers_logit_with_its_gradient():
     """Eq. 7: CE + λ·mean softplus(I_k(F(x))) by hand, value and gradient (into F and T
-    only); minimising it lowers I_k's logit on the client's data (spec §8 item 8)."""
+    only); minimising it lowers I_k's logit on the client's data (FedAA's Eq. 6)."""
     torch.manual_seed(0)
     model = build_model("fedaa_cnn", (3, 16, 16), 4, SMALL_CNN)
     strategy = _client_side(FedAA(**QUICK, adv_loss_weight=0.3), model)
@@ -543,7 +543,7 @@ def test_non_i_keeps_the_first_aggregations_model_path():
 
 
 def test_every_exchanged_byte_is_counted():
-    """Per client and round (fedaa.md §8 item 10): 2|θ| up + 2|θ| down + |I_k| down (to that
+    """Per client and round (FedAA's Sec. 4.5): 2|θ| up + 2|θ| down + |I_k| down (to that
     client alone) + its label ids (int16) up; FedAvg: |θ| each way."""
     strategy = FedAA(**QUICK)
     result = fedaa_run(strategy, rounds=2)
@@ -579,7 +579,7 @@ def test_bad_settings_name_the_value():
 def test_the_papers_distance_correlation_bound_has_a_counterexample():
     """R_n² (Eqs. 10–13: plain distances, no outer root) is 0 for one class per client and
     near 0 for unpaired labels, but 1 when images are a function of the label: the paper's
-    "max R_n² ≤ 0.5" bounds only a prefactor (fedaa.md §3.3)."""
+    "max R_n² ≤ 0.5" bounds only a prefactor (FedAA's Sec. 3.6 and App. A)."""
     g = torch.Generator().manual_seed(0)
 
     def r2(x: torch.Tensor, y: torch.Tensor) -> float:

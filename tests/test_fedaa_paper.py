@@ -1,4 +1,4 @@
-"""FedAA's Tables 1–3 as presets and data (shared/specs/fedaa.md §6): consistency in the default
+"""FedAA's Tables 1–3 as presets and data (FedAA's Tables 1–3): consistency in the default
 tier; the paper-scale cells behind the `paper` marker (full CIFAR-10/100 and, in practice, a
 GPU: three seeds of 100 rounds per cell)."""
 
@@ -23,7 +23,7 @@ def test_tables_hold_the_papers_numbers():
     assert [len(entries(t)) for t in TABLES] == [30, 30, 9]
     t1 = {(e.preset, e.method): e for e in entries("fedaa_table1")}
     t2 = {(e.preset, e.method): e for e in entries("fedaa_table2")}
-    # FedAA is best in every column but CIFAR-10 C = 1.0 of Table 1 (FedProx), fedaa.md §6
+    # FedAA is best in every column but CIFAR-10 C = 1.0 of Table 1 (FedProx), FedAA's Table 1
     for table in (t1, t2):
         for preset in {p for p, _ in table}:
             column = {m: e.mean for (p, m), e in table.items() if p == preset}

@@ -1,4 +1,4 @@
-"""FedBE and FedKT (FedPFT's Table 5 baselines, specs/fedpft.md §4.3): one-shot heads distilled
+"""FedBE and FedKT (FedPFT's Table 5 baselines, Sec. 5.1 and App. D.1): one-shot heads distilled
 on the server's unlabelled inputs; what they need, what they send, and their targets."""
 
 import math

@@ -1,5 +1,5 @@
-"""FedBR and FLea's input-space FedGen (`fedgen_input`; FLea's baselines, specs/flea.md §5 and
-§8 item 26): what crosses the network, their losses, the switches that reduce them to FedAvg,
+"""FedBR and FLea's input-space FedGen (`fedgen_input`; FLea's baselines, FLea's App. C.3 and
+docs/flea.md): what crosses the network, their losses, the switches that reduce them to FedAvg,
 state and resume."""
 
 import math

@@ -1,4 +1,4 @@
-"""FedDecorr and FedNTD (FLea's baselines, specs/flea.md §5): their losses exactly, β = 0 is
+"""FedDecorr and FedNTD (FLea's baselines, FLea's App. C.3): their losses exactly, β = 0 is
 FedAvg, and the configs carry FLea's values."""
 
 import copy
@@ -38,7 +38,7 @@ def test_decorrelation_loss_matches_its_definition():
 
 
 def test_decorrelation_loss_has_a_term_from_two_samples_and_two_dimensions():
-    """flea.md §5 (FedDecorr, [code]): the term needs ≥ 2 samples and ≥ 2 dimensions. By hand
+    """FLea's App. C.3 (FedDecorr, its code): the term needs ≥ 2 samples and ≥ 2 dimensions. By hand
     for n = d = 2: the standardised columns are (−1, 1)/√2 and (1, −1)/√2, K's off-diagonal
     entries are −1, mean square 1, divided by n = 2; one dimension has no off-diagonal entry."""
     z = torch.tensor([[1.0, 2.0], [3.0, 1.0]])

@@ -1,6 +1,6 @@
-"""FedPFT and its one-shot baselines (specs/fedpft.md): communication formulas (§2.6, §8 C3), the
-engine's measured bytes against them, the strategies' contracts and errors, and a fast sanity
-version of the §8 claims (the multi-seed claims are in test_fedpft_claims.py, slow tier)."""
+"""FedPFT and its one-shot baselines (docs/fedpft.md): communication formulas (Eqs. 9–11),
+the engine's measured bytes against them, the strategies' contracts and errors, and a fast sanity
+version of the Sec. 5 claims (the multi-seed claims are in test_fedpft_claims.py, slow tier)."""
 
 import json
 import os

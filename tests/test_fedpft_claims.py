@@ -1,4 +1,4 @@
-"""FedPFT's small-scale claims (specs/fedpft.md §8.2) over 3 seeds, with the spec's tolerances,
+"""FedPFT's small-scale claims (Sec. 5, docs/fedpft.md) over 3 seeds, with docs/fedpft.md's margins,
 on digits random-ReLU features, synthetic Gaussian-mixture features and ResNet-20 features of
 the CIFAR-10 sample. Slow tier (minutes): `pytest -m slow tests/test_fedpft_claims.py`.
 The settings are the claim-check scales of the jobs fedpft/table2 and fedpft/table5, run as

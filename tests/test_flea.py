@@ -1,4 +1,4 @@
-"""FLea, FedMix, FedData (flea.md): §9 A unit properties, buffer lifecycle, exposure, resume."""
+"""FLea, FedMix, FedData (FLea's Sec. 3): unit properties, buffer lifecycle, exposure, resume."""
 
 import copy
 import inspect
@@ -237,7 +237,7 @@ def _flea_step_setup():
 
 
 def test_step_loss_is_the_code_form_term_by_term_value_and_gradient():
-    """One local step after the warm-up (flea.md §2.5, code form), written out by hand:
+    """One local step after the warm-up (FLea's Eqs. 3–6, code form), written out by hand:
     mix·CE_soft(θ[l:](β f + (1 − β) f_buf), β e(y) + (1 − β) e(y_buf)) + local·CE(θ(x), y)
     + kd·τ²·KL(θ^(t)[l:](f_buf) ‖ θ[l:](f_buf)) + λ2(g)·dCor(x, f), with a buffer batch shorter
     than the local one (the local side cut to its length), distinct weights, asymmetric β.

@@ -1,5 +1,5 @@
 """The FLea authors' UCI-HAR log (`fedshare.paper.logs`): its parser, and the preset's
-partition against the partition that log printed (spec flea.md §8 item 16)."""
+partition against the partition that log printed (FLea's App. C.1; docs/flea.md)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""FLea's Table 1 as presets and data (flea.md §6): consistency here, regression on a GPU."""
+"""FLea's Table 1 as presets and data (FLea's Table 1): consistency here, regression on a GPU."""
 
 import json
 import os
@@ -25,7 +25,7 @@ DATA_FILES = {
     "urbansound8k": "UrbanSound8K/metadata/UrbanSound8K.csv",
     "uci_har": "UCI HAR Dataset",
 }
-# (dataset, |D_k|) -> (clients, model, local epochs, batch size), flea.md §4.3 and §8 item 8
+# (dataset, |D_k|) -> (clients, model, local epochs, batch size), FLea's App. C.1 and C.2
 SETUP = {
     ("cifar10", 100): (500, "mobilenetv2_cifar", 10, 64),
     ("cifar10", 50): (1000, "mobilenetv2_cifar", 10, 64),
@@ -51,7 +51,7 @@ def test_table_has_every_column_and_method():
         if e.method.startswith("fedprox")
     }
     assert prox == {"cifar10": "fedprox", "urbansound8k": "fedprox_mu1", "uci": "fedprox_mu1"}
-    # facts the spec recomputed from the table (§6): FedData beats FLea in every column, FLea
+    # facts read off FLea's Table 1: FedData beats FLea in every column, FLea
     # beats every real baseline
     for preset in PRESETS:
         rows = {e.method: e.mean for e in entries("flea") if e.preset == preset}

@@ -26,7 +26,7 @@ def block(c_in: int, c_out: int, kernel: int, stride: int) -> nn.Sequential:
 
 
 class AuthorsHARNet(nn.Module):
-    """HARNet as the FLea authors' code names it (`layers.i`, `lin`; flea.md §4.2, Table 6)."""
+    """HARNet as the FLea authors' code names it (`layers.i`, `lin`; FLea's App. C.2, Table 6)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,5 +1,5 @@
 """Gaussian mixtures (fedshare.functional.gmm): EM against scikit-learn, closed form, sampling,
-the float16 wire format and the parameter counts of specs/fedpft.md §2.3, §2.6, §7 A5."""
+the float16 wire format and the parameter counts of FedPFT's App. A, Sec. 6.3 Eqs. 9–11."""
 
 import numpy as np
 import pytest

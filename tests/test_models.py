@@ -62,8 +62,8 @@ def test_decode_of_encode_equals_forward_at_every_split(name):
     assert 0 <= model.share_layer < model.num_blocks
 
 
-# Parameter counts: flea.md §4.2/§3 (with BatchNorm running-statistics values), rebafl.md §4.2,
-# xormixfl.md §7 A8, SOURCES.md §3 (ResNet-20 checkpoint), fedaa.md §4.4.
+# Parameter counts: FLea's App. C.2 Tables 3–6 (with BatchNorm running-statistics values), ReBaFL's
+# Sec. 5.1, docs/xormixfl.md, docs/models.md (ResNet-20 checkpoint), FedAA's Sec. 4.
 @pytest.mark.parametrize(
     ("name", "params", "bn_values"),
     [
@@ -88,7 +88,7 @@ def test_parameter_counts_match_the_specs(name, params, bn_values):
 @pytest.mark.parametrize(
     ("name", "shared"),
     [
-        ("mobilenetv2_cifar", (16, 32, 32)),  # flea.md §3: CIFAR activations
+        ("mobilenetv2_cifar", (16, 32, 32)),  # FLea's App. C.2, Table 3: CIFAR activations
         ("audionet", (16, 16, 86)),  # UrbanSound8K
         ("harnet", (128, 20, 7)),  # UCI-HAR
         ("lenet_fmnist", (128,)),  # ReBaFL's h
@@ -103,7 +103,7 @@ def test_default_share_layer_gives_the_papers_activations(name, shared):
     assert model.encode(x, model.share_layer).shape[1:] == shared
 
 
-# FLea's split per model: an early block, never the head's input (flea.md §4.2, §8).
+# FLea's split per model: an early block, never the head's input (FLea's App. C.2).
 FLEA_SPLITS: dict[str, tuple[list[str], tuple[int, ...]]] = {
     "mobilenetv2_cifar": (["stem", "block1"], (16, 32, 32)),  # the paper's, `--layer 0`
     "audionet": (["conv1", "conv2"], (16, 16, 86)),  # the paper's, `--layer 1`
@@ -142,7 +142,7 @@ def test_flea_share_layer_is_after_the_first_inverted_residual_block():
 
 
 def test_width_multiplier_shrinks_channels():
-    quarter = build("harnet", width=0.25)  # flea.md §9.B: 16/32/64/64 channels
+    quarter = build("harnet", width=0.25)  # FLea's Table 6 at width 1/4: 16/32/64/64
     x = torch.randn(2, 1, 128, 3)
     assert quarter.eval().encode(x, 2).shape[1:] == (32, 20, 7)
     assert n_params(quarter) < n_params(build("harnet")) / 10
@@ -227,7 +227,7 @@ def test_resnet20_checkpoint_loads_and_scores_about_91_percent():
         "resnet20_cifar", (3, 32, 32), 10, {"pretrained": True, "data_root": str(root)}
     )
     accuracy = cifar_sample_accuracy(model.eval(), root)
-    assert accuracy >= 0.90, accuracy  # SOURCES.md §5: 91.5% on these 1,000 images
+    assert accuracy >= 0.90, accuracy  # docs/models.md: 91.5% on these 1,000 images
     by_path = build_model(
         "resnet20_cifar", (3, 32, 32), 10, {"pretrained": str(root / PRETRAINED_FILE)}
     )

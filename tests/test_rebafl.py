@@ -1,5 +1,6 @@
-"""ReBaFL and its logit-calibration baselines (shared/specs/rebafl.md §8 unit properties 1–8,
-§5), and the reduced FMNIST comparison with FedAvg."""
+"""ReBaFL and its logit-calibration baselines (Sec. 4.1's R-BSM,
+Sec. 4.2's prototypes, Sec. 5.1's baselines; docs/rebafl.md),
+and the reduced FMNIST comparison with FedAvg."""
 
 import math
 from functools import partial

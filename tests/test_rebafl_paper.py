@@ -1,4 +1,4 @@
-"""ReBaFL's Tables I–III as presets and data (shared/specs/rebafl.md §6): consistency in the default
+"""ReBaFL's Tables I–III as presets and data (ReBaFL's Sec. 5): consistency in the default
 tier, paper-scale regression behind the `paper` marker (FMNIST cells run on a CPU in about
 1–3 hours each; CIFAR-10 cells need the full CIFAR-10 and, in practice, a GPU)."""
 

@@ -1,4 +1,4 @@
-"""The reconstruction attack's decoders (flea.md §7, Fig. 9(c)): the closed-form ridge decoder
+"""The reconstruction attack's decoders (FLea's App. D, Fig. 9(c)): the closed-form ridge decoder
 and the refusal of unknown decoders."""
 
 import pytest

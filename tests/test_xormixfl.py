@@ -1,5 +1,5 @@
-"""XorMixFL / MixFL / standalone (specs/xormixfl.md §8): exact XOR properties, blending,
-quotas, the protocol's shape, the MDS metric, and a reduced digits run of the orderings."""
+"""XorMixFL / MixFL / standalone (Eqs. 1–3, Algorithms 1–2): exact XOR properties,
+blending, quotas, the protocol's shape, the MDS metric; a reduced digits run of the orderings."""
 
 import json
 
