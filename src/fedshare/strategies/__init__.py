@@ -35,6 +35,7 @@ from fedshare.strategies.fedntd import FedNTD
 from fedshare.strategies.fedopt import FedAdam, FedYogi
 from fedshare.strategies.fedpft import DPFedPFT, FedPFT
 from fedshare.strategies.fedpft_chain import FedPFTChain
+from fedshare.strategies.fedproto import FedProto
 from fedshare.strategies.fedprox import FedProx
 from fedshare.strategies.fedrs import FedRS
 from fedshare.strategies.flea import FLea
@@ -76,6 +77,7 @@ __all__ = [
     "FedNTD",
     "FedPFT",
     "FedPFTChain",
+    "FedProto",
     "FedProx",
     "FedRS",
     "FedYogi",
