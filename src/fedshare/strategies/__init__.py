@@ -25,6 +25,7 @@ from fedshare.strategies.fedbn import FedBN
 from fedshare.strategies.fedbr import FedBR
 from fedshare.strategies.feddata import FedData
 from fedshare.strategies.feddecorr import FedDecorr
+from fedshare.strategies.feddistill import FedDistill
 from fedshare.strategies.feddyn import FedDyn
 from fedshare.strategies.fedgen import FedGen
 from fedshare.strategies.fedgen_input import FedGenInput
@@ -40,6 +41,8 @@ from fedshare.strategies.fedprox import FedProx
 from fedshare.strategies.fedrs import FedRS
 from fedshare.strategies.flea import FLea
 from fedshare.strategies.kd import KnowledgeDistillation
+from fedshare.strategies.lg_fedavg import LGFedAvg
+from fedshare.strategies.local_only import LocalOnly
 from fedshare.strategies.moon import MOON
 from fedshare.strategies.oneshot import Standalone
 from fedshare.strategies.oneshot_avg import OneShotAverage
@@ -68,6 +71,7 @@ __all__ = [
     "FedBR",
     "FedData",
     "FedDecorr",
+    "FedDistill",
     "FedDyn",
     "FedGen",
     "FedGenInput",
@@ -82,6 +86,8 @@ __all__ = [
     "FedRS",
     "FedYogi",
     "KnowledgeDistillation",
+    "LGFedAvg",
+    "LocalOnly",
     "Message",
     "MixFL",
     "OneShotAverage",

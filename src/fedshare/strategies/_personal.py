@@ -99,16 +99,22 @@ class PersonalStrategy(Strategy):
             if flat is not None and (shown is None or update.client_id < shown[0]):
                 shown = (update.client_id, flat)
             self.absorb(update)
+        self.finish(round_idx)
         if shown is not None:
             self.shown_client = shown[0]
             self.load_weights(self.shown, shown[1].to(self.device))
-        self.finish(round_idx)
+        self.dress(self.shown)
 
     def absorb(self, update: Update) -> None:
         """Take one client's upload (its payload) into the server's running state."""
 
     def finish(self, round_idx: int) -> None:
         """The server step after the cohort's uploads."""
+
+    def dress(self, model: nn.Module) -> nn.Module:
+        """A personal model as the client would use it now (e.g. with the latest global head);
+        as it was trained by default."""
+        return model
 
     def global_model(self) -> nn.Module:
         return self.shown
@@ -124,7 +130,7 @@ class PersonalStrategy(Strategy):
         flat = state.get(PERSONAL)
         if flat is None:
             flat = personal_init(model, self.seed, client_id)
-        return FlatState(model).load_(model, flat.to(self.device))
+        return self.dress(FlatState(model).load_(model, flat.to(self.device)))
 
     def summary_metrics(self) -> dict[str, Any]:
         return {"shown_client": self.shown_client}
