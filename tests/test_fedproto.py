@@ -8,6 +8,7 @@ from fedshare.errors import FedshareError
 from fedshare.functional.prototype_losses import nearest_prototype, prototype_distance_loss
 from fedshare.functional.prototypes import pack
 from fedshare.strategies.base import Update
+from fedshare.strategies.fedproto import prototype_accuracy
 from helpers import digits_federation
 from hetero_runs import CLIENTS, chance_bound, digits_run, server_side
 
@@ -81,3 +82,17 @@ def test_fedproto_learns_on_digits_by_head_and_by_prototype():
     bound = chance_bound(digits_federation("iid", CLIENTS))
     assert result.summary["best_accuracy"] > bound
     assert max(r["proto_accuracy"] for r in result.history) > bound
+
+
+def test_proto_accuracy_is_the_shown_models_nearest_prototype_accuracy():
+    result = digits_run("fedproto", rounds=2)
+    strategy = result.strategy
+    dataset = strategy.data.dataset
+    expected = prototype_accuracy(
+        strategy.global_model(),
+        dataset.prepare(dataset.x_test),
+        dataset.y_test,
+        strategy.prototypes,
+        strategy.mask,
+    )
+    assert result.history[-1]["proto_accuracy"] == expected

@@ -29,6 +29,7 @@ from fedshare.strategies.feddistill import FedDistill
 from fedshare.strategies.feddyn import FedDyn
 from fedshare.strategies.fedgen import FedGen
 from fedshare.strategies.fedgen_input import FedGenInput
+from fedshare.strategies.fedgh import FedGH
 from fedshare.strategies.fedkt import FedKT
 from fedshare.strategies.fedlc import FedLC
 from fedshare.strategies.fedmix import FedMix
@@ -39,6 +40,7 @@ from fedshare.strategies.fedpft_chain import FedPFTChain
 from fedshare.strategies.fedproto import FedProto
 from fedshare.strategies.fedprox import FedProx
 from fedshare.strategies.fedrs import FedRS
+from fedshare.strategies.fedtgp import FedTGP
 from fedshare.strategies.flea import FLea
 from fedshare.strategies.kd import KnowledgeDistillation
 from fedshare.strategies.lg_fedavg import LGFedAvg
@@ -73,6 +75,7 @@ __all__ = [
     "FedDecorr",
     "FedDistill",
     "FedDyn",
+    "FedGH",
     "FedGen",
     "FedGenInput",
     "FedKT",
@@ -84,6 +87,7 @@ __all__ = [
     "FedProto",
     "FedProx",
     "FedRS",
+    "FedTGP",
     "FedYogi",
     "KnowledgeDistillation",
     "LGFedAvg",

@@ -99,10 +99,10 @@ class PersonalStrategy(Strategy):
             if flat is not None and (shown is None or update.client_id < shown[0]):
                 shown = (update.client_id, flat)
             self.absorb(update)
-        self.finish(round_idx)
         if shown is not None:
             self.shown_client = shown[0]
             self.load_weights(self.shown, shown[1].to(self.device))
+        self.finish(round_idx)
         self.dress(self.shown)
 
     def absorb(self, update: Update) -> None:

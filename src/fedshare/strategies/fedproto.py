@@ -94,25 +94,34 @@ class FedProto(PersonalStrategy):
         update = Update(
             client.id,
             client.num_samples,
-            payload=pack(local, counts),
+            payload=self.upload(local, counts),
             metrics={"train_loss": train_loss},
         )
         return self.keep(client, model, update)
+
+    @staticmethod
+    def upload(prototypes: torch.Tensor, counts: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What a client sends: its held classes' prototypes with their class counts."""
+        return pack(prototypes, counts)
 
     def absorb(self, update: Update) -> None:
         protos, counts, _ = unpack(update.payload, self.num_classes, self.feature_dim, self.device)
         self._averager.add(protos, counts)
 
     def finish(self, round_idx: int) -> None:
-        self.prototypes, self.mask = self._averager.result()
-        self._averager = PrototypeAverager(self.num_classes, self.feature_dim, self.device)
+        self.round_metrics = {}
+        self.prototypes, self.mask = self.global_prototypes(round_idx)
         dataset = self.data.dataset
         x = dataset.prepare(dataset.x_test)
-        self.round_metrics = {
-            "proto_accuracy": prototype_accuracy(
-                self.shown, x, dataset.y_test, self.prototypes, self.mask
-            )
-        }
+        self.round_metrics["proto_accuracy"] = prototype_accuracy(
+            self.shown, x, dataset.y_test, self.prototypes, self.mask
+        )
+
+    def global_prototypes(self, round_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The server step: this round's count-weighted mean per class, and its mask."""
+        result = self._averager.result()
+        self._averager = PrototypeAverager(self.num_classes, self.feature_dim, self.device)
+        return result
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "prototypes": self.prototypes, "mask": self.mask}
