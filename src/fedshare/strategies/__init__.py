@@ -30,6 +30,7 @@ from fedshare.strategies.feddyn import FedDyn
 from fedshare.strategies.fedgen import FedGen
 from fedshare.strategies.fedgen_input import FedGenInput
 from fedshare.strategies.fedgh import FedGH
+from fedshare.strategies.fedkd import FedKD
 from fedshare.strategies.fedkt import FedKT
 from fedshare.strategies.fedlc import FedLC
 from fedshare.strategies.fedmix import FedMix
@@ -42,6 +43,7 @@ from fedshare.strategies.fedprox import FedProx
 from fedshare.strategies.fedrs import FedRS
 from fedshare.strategies.fedtgp import FedTGP
 from fedshare.strategies.flea import FLea
+from fedshare.strategies.fml import FML
 from fedshare.strategies.kd import KnowledgeDistillation
 from fedshare.strategies.lg_fedavg import LGFedAvg
 from fedshare.strategies.local_only import LocalOnly
@@ -55,6 +57,7 @@ from fedshare.strategies.xormixfl import MixFL, XorMixFL
 __all__ = [
     "CCVR",
     "DSFL",
+    "FML",
     "MOON",
     "STRATEGIES",
     "BSMFedAvg",
@@ -78,6 +81,7 @@ __all__ = [
     "FedGH",
     "FedGen",
     "FedGenInput",
+    "FedKD",
     "FedKT",
     "FedLC",
     "FedMix",
