@@ -34,6 +34,7 @@ from fedshare.strategies.fedkd import FedKD
 from fedshare.strategies.fedkt import FedKT
 from fedshare.strategies.fedlc import FedLC
 from fedshare.strategies.fedmix import FedMix
+from fedshare.strategies.fedmrl import FedMRL
 from fedshare.strategies.fedntd import FedNTD
 from fedshare.strategies.fedopt import FedAdam, FedYogi
 from fedshare.strategies.fedpft import DPFedPFT, FedPFT
@@ -84,6 +85,7 @@ __all__ = [
     "FedKD",
     "FedKT",
     "FedLC",
+    "FedMRL",
     "FedMix",
     "FedNTD",
     "FedPFT",

@@ -74,9 +74,10 @@ class PersonalStrategy(Strategy):
         self.feature_dim = feature_width(ctx.model, ctx.input_shape)
 
     # ------------------------------------------------------------------ client side
-    def personal(self, client: Client) -> nn.Module:
-        """The client's personal model, loaded into its worker `client.model`."""
-        model = client.model
+    def personal(self, client: Client, model: nn.Module | None = None) -> nn.Module:
+        """The client's personal model, loaded into its worker `client.model` (or into
+        `model`, a module built around that worker)."""
+        model = client.model if model is None else model
         flat = client.state.get(PERSONAL)
         if flat is None:
             flat = personal_init(model, self.seed, client.id)
@@ -101,7 +102,7 @@ class PersonalStrategy(Strategy):
             self.absorb(update)
         if shown is not None:
             self.shown_client = shown[0]
-            self.load_weights(self.shown, shown[1].to(self.device))
+            FlatState(self.shown).load_(self.shown, shown[1].to(self.device))
         self.finish(round_idx)
         self.dress(self.shown)
 
