@@ -1,6 +1,7 @@
 """The personal-model base and the logit/head-sharing methods: FD (per-label logits),
 LG-FedAvg (a global head) and local-only training (nothing shared)."""
 
+import pytest
 import torch
 
 from fedshare.engine.flat import FlatState
@@ -47,12 +48,31 @@ def test_local_only_sends_nothing_and_learns():
     assert result.summary["best_accuracy"] > BOUND
 
 
-def test_personal_models_resume_exactly(tmp_path):
-    full = digits_run("fedproto", rounds=4, run_dir=tmp_path / "full", eval={"personal": True})
-    digits_run("fedproto", rounds=2, run_dir=tmp_path / "cut", eval={"personal": True})
-    resumed = digits_run(
-        "fedproto", rounds=4, run_dir=tmp_path / "cut", resume=True, eval={"personal": True}
-    )
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("fedproto", None),
+        pytest.param("fedtgp", {"server_epochs": 2}, marks=pytest.mark.slow),
+        pytest.param("fedkd", None, marks=pytest.mark.slow),
+        pytest.param("fedmrl", None, marks=pytest.mark.slow),
+    ],
+)
+def test_personal_models_resume_exactly(tmp_path, name, params):
+    """Client states, the server's shared state and the shown model survive a checkpoint."""
+
+    def run(rounds: int, folder: str, resume: bool = False):
+        return digits_run(
+            name,
+            rounds=rounds,
+            params=params,
+            run_dir=tmp_path / folder,
+            resume=resume,
+            eval={"personal": True},
+        )
+
+    full = run(4, "full")
+    run(2, "cut")
+    resumed = run(4, "cut", resume=True)
     assert without_wall_time(resumed.history) == without_wall_time(full.history)
     assert full.history[-1]["personal_accuracy"] > BOUND
 
