@@ -1,6 +1,6 @@
 """Server-side training on uploaded prototypes (FedGH's header, FedTGP's trainable global
 prototypes): shuffled mini-batches from the run's derived streams, plain SGD as in the
-authors' code (HtFLlib's `servergh`, `servertgp`)."""
+HtFLlib's implementations (`servergh`, `servertgp`)."""
 
 from collections.abc import Callable, Iterator
 

@@ -5,6 +5,7 @@ broadcast and averaged as in FedAvg (sample-weighted), and it is what the run ev
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -58,3 +59,6 @@ class SharedModelStrategy(PersonalStrategy):
 
     def global_model(self) -> nn.Module:
         return self.model
+
+    def summary_metrics(self) -> dict[str, Any]:
+        return {}  # the evaluated model is the shared one, not a shown client's

@@ -5,7 +5,7 @@ Distillation".
 Each client keeps its own model. After local training it sends, per label it holds, its local
 average logit vector (the mean model output over its samples of that label); the server
 averages them per label over the clients that sent one (an unweighted mean across devices, as
-the paper's global average and the authors' successors' code, HtFLlib's `serverfd`, do) and
+the paper's global average and HtFLlib's implementation, `serverfd`, do) and
 broadcasts the global average logits. The local loss on (x, y) adds a distillation regulariser
 toward the global logits ḡ_y of the sample's own label:
 

@@ -8,8 +8,8 @@ mean of its features (its local prototype). The server trains the header on the 
 (prototype, class) pairs alone with cross-entropy, and the next round's clients get it. A
 client is evaluated with the latest header on its own features (`dress`).
 
-Where the paper leaves the server's training settings open, the authors' code settles them
-(HtFLlib's `servergh` and its run script `total.sh`: `-slr 0.01 -se 1`, batches of the clients'
+Where the paper leaves the server's training settings open, HtFLlib's implementation settles
+them (its `servergh` and its run script `total.sh`: `-slr 0.01 -se 1`, batches of the clients'
 batch size 10): plain SGD at `server_lr` = 0.01, `server_epochs` = 1 shuffled pass over the
 round's prototypes in batches of `server_batch_size` = 10. The header starts as the run's
 initial model's head (the code takes client 0's). Local prototypes are computed after training

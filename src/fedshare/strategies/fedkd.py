@@ -11,16 +11,17 @@ state). With task losses L^c_t = CE(z_t, y), L^c_s = CE(z_s, y) and S = L^c_t + 
 
 (the adaptive distillation: the better both models fit, the more they distil; h the penultimate
 features). Each model's terms treat the other's outputs and S as fixed, as the paper's separate
-per-model losses read; the authors' successors' code (HtFLlib's `clientkd`) backpropagates
+per-model losses read; HtFLlib's implementation (`clientkd`) backpropagates
 through both and clips gradient norms at 10, which this does not.
 
 What travels is the mentee, factored by truncated SVD (`fedshare.functional.svd`): each weight
 matrix (a conv kernel as out × in·k·k) keeps the fewest singular values holding a fraction T of
 its energy, T growing linearly from `energy_start` = 0.95 in the first round to `energy_end` =
-0.98 in the last (the paper's T_start and T_end). The paper factors the mentee's gradients; the
-authors' code factors its weights, both ways, which also works for clients that skipped rounds:
-this follows the code. The server decompresses the uploads, takes their sample-weighted mean,
-and factors the result for the broadcast; bytes are counted at the factored size.
+0.98 in the last (the paper's T_start and T_end). The paper factors the mentee's gradients;
+HtFLlib's implementation factors its weights, both ways, which also serves clients that skipped
+rounds: this follows that implementation (FedKD's own repository was not read). The server
+decompresses the uploads, takes their sample-weighted mean, and factors the result for the
+broadcast; bytes are counted at the factored size.
 """
 
 from dataclasses import dataclass

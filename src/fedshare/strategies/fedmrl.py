@@ -10,7 +10,7 @@ all d feed the local header,
 
     L = CE(G_hd(R̃[:d1]), y) + CE(F_hd(R̃), y)
 
-(equal weights, as the authors' code `clientmrl` of HtFLlib uses). G, F and P train together;
+(equal weights, as HtFLlib's implementation `clientmrl` uses). G, F and P train together;
 the client uploads G, which the server averages sample-weighted (as FedAvg; HtFLlib takes the
 plain mean over the round's clients) and broadcasts; F and P stay in the client's state.
 Inference is F_hd(R̃) with the latest G (`dress`), as HtFLlib's test does; the run's `accuracy`
@@ -20,6 +20,7 @@ and must not exceed d (HtFLlib's `sub_feature_dim` = 128 ≤ `feature_dim` = 512
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,7 @@ from fedshare.engine.messages import Message, Update
 from fedshare.errors import FedshareError
 from fedshare.models.base import feature_width
 from fedshare.strategies._local import train_local
+from fedshare.strategies._personal import PersonalStrategy
 from fedshare.strategies._shared_model import SharedModelStrategy
 from fedshare.strategies.base import ClientSetup, SetupContext, register_strategy
 
@@ -111,3 +113,6 @@ class FedMRL(SharedModelStrategy):
 
     def global_model(self) -> nn.Module:
         return MRLNet(self.model, self.shown)
+
+    def summary_metrics(self) -> dict[str, Any]:
+        return PersonalStrategy.summary_metrics(self)  # the shown client's F and P are evaluated

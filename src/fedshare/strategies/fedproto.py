@@ -13,11 +13,12 @@ and it broadcasts the held classes' C̄^(j). A client's local loss on (x, y) is
     CE(head(f(x)), y) + λ · mean_d (f(x) − C̄^(y))²
 
 (the squared L2 distance to its own class's global prototype, averaged over the d features as
-the authors' code's `MSELoss` does; a class without a global prototype adds zero). Prediction:
+HtFLlib's `MSELoss` does; a class without a global prototype adds zero). Prediction:
 by the personal head (the run's `accuracy`) and by the nearest global prototype (the paper's
 inference, `proto_accuracy` per round, on the same shown model; see `_personal`).
 
-Where the paper is silent the authors' code (HtFLlib's `clientproto`) settles it: λ = 1
+Where the paper is silent, HtFLlib's implementation (`clientproto`; Zhang et al.'s
+heterogeneous-FL library, a second source) settles it: λ = 1
 (its default), the global prototypes of a round are those of that round's uploads only, and a
 class nobody uploaded has none. Two choices differ from that code and are stated: local
 prototypes are computed after training in eval mode (the code averages the features seen during

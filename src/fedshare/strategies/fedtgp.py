@@ -16,11 +16,11 @@ where gap_c is the distance from the mean of class c's uploads to the nearest ot
 mean (the adaptive margin; a class nobody uploaded takes the smallest gap) and τ the margin
 threshold. Then every class's TGP(c) goes down.
 
-Settings the paper leaves open follow the authors' code (HtFLlib's `servertgp`, and its run
-script `total.sh`: `-lam 10 -se 100 -mart 100`): λ = 10, `server_epochs` = 100 shuffled passes
-in batches of `server_batch_size` = 10 (the clients' batch size), plain SGD at `server_lr` =
-0.01 (the clients' learning rate), τ = 100, h = d; the margin uses the largest class gap, as
-that code does.
+Settings the paper leaves open follow the authors' code (HtFLlib, by FedTGP's first author:
+`servertgp`, and its run script `total.sh`: `-lam 10 -se 100 -mart 100`): λ = 10,
+`server_epochs` = 100 shuffled passes in batches of `server_batch_size` = 10 (the clients' batch
+size), plain SGD at `server_lr` = 0.01 (the clients' learning rate), τ = 100, h = d; the margin
+uses the largest class gap, as that code does.
 """
 
 from dataclasses import dataclass

@@ -10,7 +10,7 @@ a copy of the shared meme model by deep mutual learning, each distilling from th
 and uploads the meme model, which the server averages (sample-weighted, as FedAvg) and
 broadcasts. The run evaluates the meme model; `eval.personal=true` the private ones.
 Defaults α = β = 0.5 (the paper's). In each KL the other model's output is a fixed target, as in
-deep mutual learning; the authors' successors' code (HtFLlib's `clientfml`) lets both KL terms
+deep mutual learning; HtFLlib's implementation (`clientfml`) lets both KL terms
 reach both models and clips gradient norms at 10, which this does not.
 """
 
