@@ -63,9 +63,11 @@ class PersonalStrategy(Strategy):
         self.seed = ctx.config.seed
         self.feature_dim = feature_width(ctx.model, ctx.data.dataset.input_shape)
         self.num_classes = ctx.data.dataset.num_classes
-        self.shown = copy.deepcopy(ctx.model)
+        self._architectures = ctx.client_models
+        self._templates = [ctx.model] if ctx.client_models is None else ctx.client_models.models
+        self.shown = self.wrap(copy.deepcopy(self._templates[0])).to(self.device)
         self.shown_client = -1
-        self._scratch = copy.deepcopy(ctx.model)
+        self._scratch = {0: copy.deepcopy(self.shown)}
 
     def client_setup(self, ctx: ClientSetup) -> None:
         super().client_setup(ctx)
@@ -101,7 +103,7 @@ class PersonalStrategy(Strategy):
                 shown = (update.client_id, flat)
             self.absorb(update)
         if shown is not None:
-            self.shown_client = shown[0]
+            self._show(shown[0])
             FlatState(self.shown).load_(self.shown, shown[1].to(self.device))
         self.finish(round_idx)
         self.dress(self.shown)
@@ -120,10 +122,36 @@ class PersonalStrategy(Strategy):
     def global_model(self) -> nn.Module:
         return self.shown
 
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """The personal module built around a model of a client's architecture (the model
+        itself by default; FedMRL adds its projector)."""
+        return model
+
+    def _architecture(self, client_id: int) -> int:
+        return 0 if self._architectures is None else self._architectures.index(client_id)
+
+    def _built(self, architecture: int) -> nn.Module:
+        """A new personal module of architecture `architecture`, on the server's device (the
+        run's random streams are left as they were: its weights are always loaded over)."""
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            return self.wrap(copy.deepcopy(self._templates[architecture])).to(self.device)
+
+    def _show(self, client_id: int) -> None:
+        """Make `shown` a module of client `client_id`'s architecture (rebuilt on a change)."""
+        if self.shown_client < 0 or self._architecture(client_id) != self._architecture(
+            self.shown_client
+        ):
+            self.shown = self._built(self._architecture(client_id))
+        self.shown_client = client_id
+
     def model_of(self, client_id: int) -> nn.Module:
-        """A server-side module of client `client_id`'s architecture (one architecture until
-        the engine assigns several, `clients.models`)."""
-        return self._scratch
+        """A server-side module of client `client_id`'s architecture (`clients.models`: the
+        engine's module of that architecture, copied once and reused)."""
+        architecture = self._architecture(client_id)
+        if architecture not in self._scratch:
+            self._scratch[architecture] = self._built(architecture)
+        return self._scratch[architecture]
 
     def personal_model(self, client_id: int, state: Mapping[str, torch.Tensor]) -> nn.Module:
         """Client `client_id`'s own model: its kept weights, else its initialisation."""
@@ -145,5 +173,7 @@ class PersonalStrategy(Strategy):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
+        shown_client = int(state["shown_client"])
+        if shown_client >= 0:
+            self._show(shown_client)
         self.shown.load_state_dict(state["shown"])
-        self.shown_client = int(state["shown_client"])

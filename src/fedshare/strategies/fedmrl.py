@@ -18,7 +18,6 @@ is that of the shown client's F and P with the global G (`_personal`). d1 is G's
 and must not exceed d (HtFLlib's `sub_feature_dim` = 128 ≤ `feature_dim` = 512).
 """
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,14 +85,14 @@ class FedMRL(SharedModelStrategy):
     def setup(self, ctx: SetupContext) -> None:
         self.input_shape = ctx.data.dataset.input_shape
         super().setup(ctx)
-        d1 = self.feature_dim
-        self.shown = self._personal_module(copy.deepcopy(ctx.model), d1).to(self.device)
-        self._scratch = copy.deepcopy(self.shown)
 
     def client_setup(self, ctx: ClientSetup) -> None:
         self.input_shape = ctx.input_shape
         super().client_setup(ctx)
         self.proj_worker = self._personal_module(ctx.model, self.feature_dim).proj.to(ctx.device)
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        return self._personal_module(model, self.feature_dim)
 
     def client_update(self, client: Client, message: Message) -> Update:
         shared = self.load_weights(self.shared_worker, message.weights.to(client.device))
