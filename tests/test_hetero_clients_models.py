@@ -27,6 +27,8 @@ MODELS = [
     {"name": "cnn4", "channels": [4, 8], "padding": 2},
     {"name": "resnet8", "width": 0.25},
 ]
+FAMILY = ("local_only", "fedproto", "fd", "lg_fedavg", "fedgh", "fedtgp", "fml", "fedkd", "fedmrl")
+SMALL = {"fedtgp": {"server_epochs": 2}}
 ARCHITECTURES = {0: "conv1 fc head", 1: "conv1 conv2 fc head", 2: "stem layer1"}
 """Client k's architecture (k mod 3) by the start of its blocks' names."""
 
@@ -39,11 +41,12 @@ def simulation(
     run_dir=None,
     group=None,
     batched: int = 1,
+    params: dict | None = None,
 ) -> Simulation:
     """`name` on digits, Dir(0.3) over `clients` clients, 4 a round, the three small
     architectures (the run's model a small cnn_small of width 16)."""
     data = digits_federation({"name": "dirichlet", "alpha": 0.3}, clients)
-    strategy = make_strategy(name)
+    strategy = make_strategy(name, params)
     config = SimulationConfig(
         rounds=rounds,
         seed=0,
@@ -153,6 +156,16 @@ def test_personal_accuracy_is_reported_per_architecture():
         record[f"personal_accuracy_min/{a}"] for a in ("cnn_small", "cnn4", "resnet8")
     )
     assert result.summary["clients_per_model"] == {"cnn_small": 2, "cnn4": 2, "resnet8": 1}
+
+
+@pytest.mark.parametrize("name", FAMILY)
+def test_every_personal_model_method_runs_with_three_architectures(name):
+    sim = simulation(name, rounds=2, params=SMALL.get(name))
+    record = sim.run().history[-1]
+    assert {f"personal_accuracy/{a}" for a in ("cnn_small", "cnn4", "resnet8")} <= set(record)
+    sizes = {k: len(sim.client_states.checkout(k, sim.device)[PERSONAL]) for k in range(5)}
+    assert sizes[0] == sizes[3] and sizes[1] == sizes[4]  # kept in its architecture's shape
+    assert len({sizes[0], sizes[1], sizes[2]}) == 3
 
 
 def test_fedmrl_wraps_each_architecture_with_its_projector():
