@@ -89,7 +89,10 @@ def build_client_models(
             options = {**options, "feature_dim": width}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, "client_model_init", i))
-            model = build_model(name, input_shape, dataset.num_classes, options)
+            try:
+                model = build_model(name, input_shape, dataset.num_classes, options)
+            except FedshareError as err:
+                raise FedshareError(f"clients.models[{i}]: {err}") from None
         models.append(model.to(next(run_model.parameters()).device))
     labels = _labels([name for name, _ in pairs])
     named = {"the run's model": run_model, **dict(zip(labels, models, strict=True))}
