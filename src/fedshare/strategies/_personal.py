@@ -67,6 +67,7 @@ class PersonalStrategy(Strategy):
         self._templates = [ctx.model] if ctx.client_models is None else ctx.client_models.models
         self.shown = self.wrap(copy.deepcopy(self._templates[0])).to(self.device)
         self.shown_client = -1
+        self._shown_architecture = 0
         self._scratch = {0: copy.deepcopy(self.shown)}
 
     def client_setup(self, ctx: ClientSetup) -> None:
@@ -139,10 +140,10 @@ class PersonalStrategy(Strategy):
 
     def _show(self, client_id: int) -> None:
         """Make `shown` a module of client `client_id`'s architecture (rebuilt on a change)."""
-        if self.shown_client < 0 or self._architecture(client_id) != self._architecture(
-            self.shown_client
-        ):
-            self.shown = self._built(self._architecture(client_id))
+        architecture = self._architecture(client_id)
+        if architecture != self._shown_architecture:
+            self.shown = self._built(architecture)
+            self._shown_architecture = architecture
         self.shown_client = client_id
 
     def model_of(self, client_id: int) -> nn.Module:
