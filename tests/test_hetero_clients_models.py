@@ -99,7 +99,7 @@ def test_an_architecture_of_another_feature_width_is_refused_before_round_0():
 
 def test_an_unset_feature_dim_takes_the_run_models_width():
     sim = simulation()
-    assert [feature(m) for m in sim.client_models.models] == [WIDTH] * 3
+    assert [feature(m) for m in sim.architectures.models.models] == [WIDTH] * 3
 
 
 def feature(model: torch.nn.Module) -> int:
@@ -109,16 +109,22 @@ def feature(model: torch.nn.Module) -> int:
 # ---------------------------------------------------------------- who gets what
 def test_client_k_gets_a_reused_worker_of_models_k_mod_len():
     sim = simulation()
-    assert sim.client_models.names == ("cnn_small", "cnn4", "resnet8")
-    workers = [sim.worker_of(k) for k in range(5)]
+    assert sim.architectures.models.names == ("cnn_small", "cnn4", "resnet8")
+    workers = [sim.architectures.worker_of(k, sim.worker) for k in range(5)]
     assert [class_name(w) for w in workers] == [ARCHITECTURES[k % 3] for k in range(5)]
     assert workers[0] is workers[3] and workers[1] is workers[4]  # one worker per architecture
-    assert all(w is not m for w, m in zip(sim.workers, sim.client_models.models, strict=True))
+    assert all(
+        w is not m
+        for w, m in zip(sim.architectures.workers, sim.architectures.models.models, strict=True)
+    )
 
 
 def test_an_empty_list_keeps_one_worker_for_everyone():
     sim = simulation(models=[])
-    assert sim.client_models is None and sim.worker_of(4) is sim.worker
+    assert (
+        sim.architectures.models is None
+        and sim.architectures.worker_of(4, sim.worker) is sim.worker
+    )
 
 
 def test_each_client_trains_and_the_server_shows_its_own_architecture(monkeypatch):
@@ -218,4 +224,6 @@ def test_the_api_takes_clients_models():
         device="cpu",
         model_params=RUN_MODEL,
     )
-    assert [class_name(sim.worker_of(k)) for k in range(3)] == list(ARCHITECTURES.values())
+    assert [class_name(sim.architectures.worker_of(k, sim.worker)) for k in range(3)] == list(
+        ARCHITECTURES.values()
+    )

@@ -18,16 +18,20 @@ import copy
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from fedshare.config import SimulationConfig
 from fedshare.data.dataset import Dataset
 from fedshare.engine.rng import derive_seed
 from fedshare.errors import FedshareError
 from fedshare.models.base import MODELS, build_model, feature_width
 from fedshare.models.feature_dim import require_feature_dim
+
+if TYPE_CHECKING:
+    from fedshare.strategies.base import Strategy
 
 
 @dataclass(frozen=True)
@@ -116,10 +120,33 @@ def refuse_strategy(strategy: object, name: str) -> None:
         )
 
 
-def workers(client_models: ClientModels, compile: bool) -> list[nn.Module]:
+@dataclass(frozen=True)
+class Architectures:
+    """A run's architectures and their workers, as the engine holds them."""
+
+    models: ClientModels | None
+    """The clients' own architectures (None: every client has the run's model)."""
+    workers: tuple[nn.Module, ...]
     """One reused worker per architecture (copies: the built modules stay untouched)."""
-    built = [copy.deepcopy(model) for model in client_models.models]
-    if compile:
-        for worker in built:
+
+    def worker_of(self, client_id: int, default: nn.Module) -> nn.Module:
+        """The worker of client `client_id`'s architecture (`default`: the run's worker)."""
+        return default if self.models is None else self.workers[self.models.index(client_id)]
+
+    def name_of(self, client_id: int) -> str | None:
+        return None if self.models is None else self.models.name_of(client_id)
+
+
+def client_architectures(
+    strategy: "Strategy", config: SimulationConfig, run_model: nn.Module, dataset: Dataset
+) -> Architectures:
+    """The architectures of `config.clients.models` for `strategy` (refused where it shares
+    whole models), with a worker each (compiled under `train.compile`)."""
+    if config.clients.models:
+        refuse_strategy(strategy, strategy.name)
+    models = build_client_models(config.clients.models, run_model, dataset, config.seed)
+    workers = [] if models is None else [copy.deepcopy(m) for m in models.models]
+    if config.train.compile:
+        for worker in workers:
             worker.compile()
-    return built
+    return Architectures(models, tuple(workers))

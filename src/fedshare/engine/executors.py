@@ -167,7 +167,7 @@ class Executor:
             run.round_idx,
             sim.data.client_indices[cid],
             sim.data.dataset,
-            sim.worker_of(cid),
+            sim.architectures.worker_of(cid, sim.worker),
             sim.config.train,
             sim.config.seed,
             phase.name,
@@ -224,7 +224,7 @@ class BatchedExecutor(Executor):
         self, run: PhaseRun, cids: list[int], delivered: Mapping[int, Delivery] | None = None
     ) -> Iterator[Step]:
         phase, sim = run.phase, self.sim
-        mixed = sim.client_models is not None  # a batched step stacks one architecture
+        mixed = sim.architectures.models is not None  # a batched step stacks one architecture
         if run.measure_local or phase.batched_step is None or mixed:
             said = phase.name in self._said_serial
             if not run.measure_local and phase.trains and not said:

@@ -16,7 +16,7 @@ def set_up(sim: "Simulation") -> Strategy:
     and return its client side."""
     strategy, config, dataset = sim.strategy, sim.config, sim.data.dataset
     strategy.setup(
-        SetupContext(sim.model, sim.data, config, sim.device, sim.stage, sim.client_models)
+        SetupContext(sim.model, sim.data, config, sim.device, sim.stage, sim.architectures.models)
     )
     if config.eval.context_attack:
         check_run_attack(

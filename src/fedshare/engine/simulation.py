@@ -20,7 +20,7 @@ from fedshare.config import SimulationConfig
 from fedshare.data.federated import FederatedData
 from fedshare.defaults import resolve_rounds
 from fedshare.engine.accounting import Traffic
-from fedshare.engine.architectures import build_client_models, refuse_strategy, workers
+from fedshare.engine.architectures import client_architectures
 from fedshare.engine.callbacks import (
     Callback,
     Checkpoints,
@@ -101,15 +101,7 @@ class Simulation:
         self.worker = copy.deepcopy(self.model)  # the one reused client model
         if config.train.compile:
             self.worker.compile()  # in place: same module, parameters and state_dict keys
-        if config.clients.models:
-            refuse_strategy(strategy, strategy.name)
-        self.client_models = build_client_models(
-            config.clients.models, self.model, self.data.dataset, config.seed
-        )
-        """The clients' own architectures (`clients.models`; None: the run's model for all)."""
-        self.workers = (
-            [] if self.client_models is None else workers(self.client_models, config.train.compile)
-        )
+        self.architectures = client_architectures(strategy, config, self.model, self.data.dataset)
         self.strategy = strategy
         self.meta = dict(meta or {})
         self.callbacks = list(callbacks or [])
@@ -143,12 +135,6 @@ class Simulation:
         self._active_callbacks: list[Callback] = []
         self.model_spec: tuple[str, dict[str, Any]] = (type(model).__name__, {})
         """(registry name, options) of the model, for `model.pt` (`fedshare.load_model`)."""
-
-    def worker_of(self, client_id: int) -> nn.Module:
-        """The reused worker of client `client_id`'s architecture."""
-        if self.client_models is None:
-            return self.worker
-        return self.workers[self.client_models.index(client_id)]
 
     # ------------------------------------------------------------------ one round
     def run_round(self, round_idx: int) -> dict[str, Any]:

@@ -12,10 +12,10 @@ if TYPE_CHECKING:
 def personal_summary(sim: "Simulation") -> dict[str, Any]:
     """A heterogeneous run's (`clients.models`) last personal accuracies, overall and per
     architecture, and how many clients each architecture has."""
-    if sim.client_models is None:
+    arches = sim.architectures.models
+    if arches is None:
         return {}
     last = sim.history[-1] if sim.history else {}
-    arches = sim.client_models
     return {
         "clients_per_model": {
             name: sum(arches.name_of(k) == name for k in range(sim.data.num_clients))
