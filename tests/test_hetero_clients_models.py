@@ -15,9 +15,11 @@ from fedshare.engine.architectures import model_entries
 from fedshare.engine.flat import FlatState
 from fedshare.engine.simulation import Simulation
 from fedshare.errors import FedshareError
+from fedshare.preflight import check_command_line, compose_member, run_values
+from fedshare.run import config_dir
 from fedshare.strategies import make_strategy
 from fedshare.strategies._personal import PERSONAL
-from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
+from helpers import DIGITS_TRAIN, digits_federation, run_preset, without_wall_time
 from test_distributed import outcome, run_ranks
 
 WIDTH = 16
@@ -227,3 +229,20 @@ def test_the_api_takes_clients_models():
     assert [class_name(sim.architectures.worker_of(k, sim.worker)) for k in range(3)] == list(
         ARCHITECTURES.values()
     )
+
+
+# ---------------------------------------------------------------- the preset
+def test_the_preset_composes_three_architectures_and_switches_strategy():
+    assert check_command_line(["experiment=hetero/cpu"], config_dir()) == 1
+    values = run_values(compose_member(["experiment=hetero/cpu"], str(config_dir())))
+    assert values["strategy"]["name"] == "fedproto" and values["data"]["name"] == "digits"
+    assert [m["name"] for m in values["clients"]["models"]] == ["cnn_small", "cnn4", "resnet8"]
+    assert check_command_line(["experiment=hetero/cpu", "strategy=fedgh"], config_dir()) == 1
+
+
+def test_the_preset_runs_from_the_command_line(tmp_path):
+    """One round of the preset through `python -m fedshare.run` (the YAML's mapping entries)."""
+    summary = run_preset(["experiment=hetero/cpu", "rounds=1", "clients.num=3"], tmp_path / "run")
+    assert summary["clients_per_model"] == {"cnn_small": 1, "cnn4": 1, "resnet8": 1}
+    assert {f"personal_accuracy/{a}" for a in ("cnn_small", "cnn4", "resnet8")} <= set(summary)
+    assert summary["bytes_up"] > 0
