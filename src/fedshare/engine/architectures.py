@@ -25,9 +25,10 @@ from torch import nn
 
 from fedshare.config import SimulationConfig
 from fedshare.data.dataset import Dataset
+from fedshare.engine.device import uses_channels_last
 from fedshare.engine.rng import derive_seed
 from fedshare.errors import FedshareError
-from fedshare.models.base import MODELS, build_model, feature_width
+from fedshare.models.base import MODELS, build_model, feature_width, prepare_for_device
 from fedshare.models.feature_dim import require_feature_dim
 
 if TYPE_CHECKING:
@@ -97,14 +98,14 @@ def build_client_models(
                 model = build_model(name, input_shape, dataset.num_classes, options)
             except FedshareError as err:
                 raise FedshareError(f"clients.models[{i}]: {err}") from None
-        models.append(model.to(next(run_model.parameters()).device))
+        models.append(model)
     labels = _labels([name for name, _ in pairs])
     named = {"the run's model": run_model, **dict(zip(labels, models, strict=True))}
     require_feature_dim(named, input_shape, width)
     return ClientModels(labels, tuple(models))
 
 
-def refuse_strategy(strategy: object, name: str) -> None:
+def refuse_strategy(strategy: "Strategy") -> None:
     """Refuse `clients.models` for a strategy that shares whole models (not a personal-model
     strategy), in one sentence."""
     from fedshare.strategies._personal import PersonalStrategy
@@ -114,7 +115,7 @@ def refuse_strategy(strategy: object, name: str) -> None:
         names = STRATEGIES.names()
         personal = [n for n in names if issubclass(STRATEGIES.get(n), PersonalStrategy)]
         raise FedshareError(
-            f"strategy {name} cannot take clients with different architectures "
+            f"strategy {strategy.name} cannot take clients with different architectures "
             f"(clients.models): it shares one model's weights; use a personal-model strategy "
             f"({', '.join(personal)}) or leave clients.models empty"
         )
@@ -138,13 +139,20 @@ class Architectures:
 
 
 def client_architectures(
-    strategy: "Strategy", config: SimulationConfig, run_model: nn.Module, dataset: Dataset
+    strategy: "Strategy",
+    config: SimulationConfig,
+    run_model: nn.Module,
+    dataset: Dataset,
 ) -> Architectures:
     """The architectures of `config.clients.models` for `strategy` (refused where it shares
     whole models), with a worker each (compiled under `train.compile`)."""
     if config.clients.models:
-        refuse_strategy(strategy, strategy.name)
+        refuse_strategy(strategy)
     models = build_client_models(config.clients.models, run_model, dataset, config.seed)
+    if models is not None:  # on the run's device, channels-last as the run's model
+        device = next(run_model.parameters()).device
+        for model in models.models:
+            prepare_for_device(model, device, uses_channels_last(model, config.memory_format))
     workers = [] if models is None else [copy.deepcopy(m) for m in models.models]
     if config.train.compile:
         for worker in workers:
