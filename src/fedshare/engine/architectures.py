@@ -54,7 +54,7 @@ class ClientModels:
 
 def model_entries(entries: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
     """`clients.models` as (model name, options) pairs; one sentence for a bad entry."""
-    parsed = []
+    parsed: list[tuple[str, dict[str, Any]]] = []
     for i, entry in enumerate(entries):
         if isinstance(entry, str) and entry:
             parsed.append((entry, {}))
@@ -133,9 +133,6 @@ class Architectures:
     def worker_of(self, client_id: int, default: nn.Module) -> nn.Module:
         """The worker of client `client_id`'s architecture (`default`: the run's worker)."""
         return default if self.models is None else self.workers[self.models.index(client_id)]
-
-    def name_of(self, client_id: int) -> str | None:
-        return None if self.models is None else self.models.name_of(client_id)
 
 
 def client_architectures(

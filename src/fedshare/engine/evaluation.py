@@ -100,14 +100,13 @@ class Evaluator:
                 sim.config.eval.personal_size,
                 sim.config.seed,
             )
-        states, arches = sim.client_states, sim.architectures
+        states, arches = sim.client_states, sim.architectures.models
+        names = None if arches is None else [arches.name_of(k) for k in range(sim.data.num_clients)]
         return personal_metrics(
             self._personal_splits,
             sim.data.dataset,
             lambda k: sim.strategy.personal_model(k, states.checkout(k, sim.device)),
-            None
-            if arches.models is None
-            else [arches.name_of(k) for k in range(sim.data.num_clients)],
+            names,
         )
 
     def context_attack(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ and must not exceed d (HtFLlib's `sub_feature_dim` = 128 ≤ `feature_dim` = 512
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -111,7 +111,7 @@ class FedMRL(SharedModelStrategy):
         return MRLNet(self.model, model) if isinstance(model, MRLPersonal) else model
 
     def global_model(self) -> nn.Module:
-        return MRLNet(self.model, self.shown)
+        return MRLNet(self.model, cast(MRLPersonal, self.shown))
 
     def summary_metrics(self) -> dict[str, Any]:
         return PersonalStrategy.summary_metrics(self)  # the shown client's F and P are evaluated
