@@ -38,7 +38,7 @@ FEDAA_MARGIN = 5.0  # best accuracy over FedAvg: +11.6, +18.8
 
 def test_every_paper_has_a_cpu_preset():
     found = {p.parent.name for p in (config_dir() / "experiment").glob("*/cpu.yaml")}
-    assert found == set(PAPERS)
+    assert found == set(PAPERS) | {"hetero"}  # a family's preset (test_hetero_clients_models)
 
 
 @pytest.mark.parametrize("paper", sorted(PAPERS))

@@ -29,6 +29,8 @@ CASES: dict[str, tuple[tuple[int, ...], int]] = {
     "resnet18": ((3, 32, 32), 10),
     "resnet50": ((3, 32, 32), 10),
     "fedaa_cnn": ((3, 32, 32), 10),
+    "cnn4": ((1, 28, 28), 10),
+    "resnet8": ((1, 8, 8), 10),
 }
 
 
@@ -117,6 +119,8 @@ FLEA_SPLITS: dict[str, tuple[list[str], tuple[int, ...]]] = {
     "resnet50": (["stem", "layer1"], (256, 8, 8)),
     "mlp": (["fc1"], (200,)),
     "fedaa_cnn": (["conv1"], (64, 14, 14)),
+    "cnn4": (["conv1"], (32, 12, 12)),
+    "resnet8": (["stem", "layer1"], (16, 8, 8)),
 }
 
 

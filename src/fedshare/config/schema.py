@@ -50,6 +50,9 @@ class ClientsConfig:
     """Probability a sampled client succeeds: a scalar, or one value per client group."""
     availability_period: int = ruled(1, COUNT)
     """Hold each availability draw for this many rounds (ReBaFL's straggling periods)."""
+    models: list[Any] = ruled(rule=ANY, default_factory=list)
+    """Clients' own architectures: client k gets `models[k mod len]` (a model name or a
+    mapping with a name and options); empty = every client has the run's `model`."""
 
 
 @dataclass

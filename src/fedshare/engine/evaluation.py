@@ -76,7 +76,7 @@ class Evaluator:
                 f"or infinite values, so the run diverged; look for a non-finite or extreme "
                 f"strategy parameter, or lower train.lr"
             )
-        if cfg.personal:
+        if cfg.personal or sim.architectures.models is not None:
             result.update(self._personal_metrics())
         model = sim.strategy.global_model()
         if cfg.davies_bouldin and has_features(model):
@@ -100,11 +100,13 @@ class Evaluator:
                 sim.config.eval.personal_size,
                 sim.config.seed,
             )
-        states = sim.client_states
+        states, arches = sim.client_states, sim.architectures.models
+        names = None if arches is None else [arches.name_of(k) for k in range(sim.data.num_clients)]
         return personal_metrics(
             self._personal_splits,
             sim.data.dataset,
             lambda k: sim.strategy.personal_model(k, states.checkout(k, sim.device)),
+            names,
         )
 
     def context_attack(self) -> dict[str, Any]:

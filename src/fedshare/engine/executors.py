@@ -167,7 +167,7 @@ class Executor:
             run.round_idx,
             sim.data.client_indices[cid],
             sim.data.dataset,
-            sim.worker,
+            sim.architectures.worker_of(cid, sim.worker),
             sim.config.train,
             sim.config.seed,
             phase.name,
@@ -202,7 +202,7 @@ class Executor:
         """Davies–Bouldin of the client's trained model (the worker after its step) on its own
         data and on the test set: measurement, not traffic."""
         x, y = client.data()
-        worker, dataset = self.sim.worker, self.sim.data.dataset
+        worker, dataset = client.model, self.sim.data.dataset
         test = penultimate(worker, dataset.x_test, dataset.prepare)
         return {
             "local_train_davies_bouldin": davies_bouldin(penultimate(worker, x), y),
@@ -224,13 +224,19 @@ class BatchedExecutor(Executor):
         self, run: PhaseRun, cids: list[int], delivered: Mapping[int, Delivery] | None = None
     ) -> Iterator[Step]:
         phase, sim = run.phase, self.sim
-        if run.measure_local or phase.batched_step is None:
+        mixed = sim.architectures.models is not None  # a batched step stacks one architecture
+        if run.measure_local or phase.batched_step is None or mixed:
             said = phase.name in self._said_serial
             if not run.measure_local and phase.trains and not said:
                 self._said_serial.add(phase.name)
+                why = (
+                    "has clients of several architectures"
+                    if mixed
+                    else "is not plain local training"
+                )
                 warnings.warn(
-                    f"train.batched={self.chunk}: {sim.strategy.name}'s {phase.name!r} step is "
-                    f"not plain local training, so its clients run one after another",
+                    f"train.batched={self.chunk}: {sim.strategy.name}'s {phase.name!r} step "
+                    f"{why}, so its clients run one after another",
                     stacklevel=2,
                 )
             yield from super().steps(run, cids, delivered)

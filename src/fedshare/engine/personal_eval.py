@@ -75,8 +75,11 @@ def personal_metrics(
     splits: Sequence[torch.Tensor],
     dataset: Dataset,
     model_of: Callable[[int], nn.Module],
+    groups: Sequence[str] | None = None,
 ) -> dict[str, float]:
-    """Mean and lowest accuracy of each client's model on its own split.
+    """Mean and lowest accuracy of each client's model on its own split; with `groups` (a
+    label per client, e.g. its architecture) also each group's (`personal_accuracy/<label>`,
+    `personal_accuracy_min/<label>`).
 
     Where consecutive clients get the same, unchanged model (every strategy whose
     `personal_model` is the global model), the model classifies the test samples any split
@@ -100,7 +103,18 @@ def personal_metrics(
         if correct is None:  # the second client with this model: score every split's samples
             correct = _all_needed(model, dataset, splits)
         accs.append(_accuracy(correct[ix]))
-    return {"personal_accuracy": float(np.mean(accs)), "personal_accuracy_min": float(min(accs))}
+    result = _mean_min(accs, "")
+    for label in dict.fromkeys(groups or []):
+        members = [acc for acc, group in zip(accs, groups or [], strict=True) if group == label]
+        result.update(_mean_min(members, f"/{label}"))
+    return result
+
+
+def _mean_min(accs: Sequence[float], suffix: str) -> dict[str, float]:
+    return {
+        f"personal_accuracy{suffix}": float(np.mean(accs)),
+        f"personal_accuracy_min{suffix}": float(min(accs)),
+    }
 
 
 def _all_needed(model: nn.Module, dataset: Dataset, splits: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -15,7 +15,9 @@ def set_up(sim: "Simulation") -> Strategy:
     """Set up `sim.strategy` (checking that `eval.context_attack` can attack what it shares)
     and return its client side."""
     strategy, config, dataset = sim.strategy, sim.config, sim.data.dataset
-    strategy.setup(SetupContext(sim.model, sim.data, config, sim.device, sim.stage))
+    strategy.setup(
+        SetupContext(sim.model, sim.data, config, sim.device, sim.stage, sim.architectures.models)
+    )
     if config.eval.context_attack:
         check_run_attack(
             strategy.context_view(), strategy.name, dataset.input_shape, config.eval.context_attack

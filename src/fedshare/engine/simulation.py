@@ -21,6 +21,7 @@ from fedshare.config.params import params_of
 from fedshare.config.validation import check_simulation_config
 from fedshare.data.federated import FederatedData
 from fedshare.engine.accounting import Traffic
+from fedshare.engine.architectures import client_architectures
 from fedshare.engine.callbacks import (
     Callback,
     Checkpoints,
@@ -98,6 +99,7 @@ class Simulation:
         self.worker = copy.deepcopy(self.model)  # the one reused client model
         if config.train.compile:
             self.worker.compile()  # in place: same module, parameters and state_dict keys
+        self.architectures = client_architectures(strategy, config, self.model, self.data.dataset)
         self.strategy = strategy
         self.meta = dict(meta or {})
         self.callbacks = list(callbacks or [])

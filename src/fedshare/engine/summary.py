@@ -10,6 +10,22 @@ if TYPE_CHECKING:
     from fedshare.engine.simulation import Simulation
 
 
+def personal_summary(sim: "Simulation") -> dict[str, Any]:
+    """A heterogeneous run's (`clients.models`) last personal accuracies, overall and per
+    architecture, and how many clients each architecture has."""
+    arches = sim.architectures.models
+    if arches is None:
+        return {}
+    last = sim.history[-1] if sim.history else {}
+    return {
+        "clients_per_model": {
+            name: sum(arches.name_of(k) == name for k in range(sim.data.num_clients))
+            for name in arches.names
+        },
+        **{key: value for key, value in last.items() if key.startswith("personal_accuracy")},
+    }
+
+
 def run_summary(sim: "Simulation", elapsed: float) -> dict[str, Any]:
     """The run's summary with `elapsed` seconds of rounds: accuracy statistics over the
     evaluated rounds, status, traffic, time and memory, the processes, the strategy's own
@@ -37,5 +53,6 @@ def run_summary(sim: "Simulation", elapsed: float) -> dict[str, Any]:
         **peak_memory(sim.device),
         **sim.executor.processes(),
         **sim.strategy.summary_metrics(),
+        **personal_summary(sim),
         **sim.context_summary,
     )

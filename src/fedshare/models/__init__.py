@@ -3,11 +3,13 @@
 from fedshare.models import (  # noqa: F401  (registers the models)
     audionet,
     cnn,
+    cnn4,
     fedaa_cnn,
     harnet,
     lenet,
     mlp,
     mobilenet_v2,
+    resnet8,
     resnet_cifar,
     tv_resnet,
 )

@@ -25,20 +25,29 @@ from fedshare.strategies.fedbn import FedBN
 from fedshare.strategies.fedbr import FedBR
 from fedshare.strategies.feddata import FedData
 from fedshare.strategies.feddecorr import FedDecorr
+from fedshare.strategies.feddistill import FedDistill
 from fedshare.strategies.feddyn import FedDyn
 from fedshare.strategies.fedgen import FedGen
 from fedshare.strategies.fedgen_input import FedGenInput
+from fedshare.strategies.fedgh import FedGH
+from fedshare.strategies.fedkd import FedKD
 from fedshare.strategies.fedkt import FedKT
 from fedshare.strategies.fedlc import FedLC
 from fedshare.strategies.fedmix import FedMix
+from fedshare.strategies.fedmrl import FedMRL
 from fedshare.strategies.fedntd import FedNTD
 from fedshare.strategies.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from fedshare.strategies.fedpft import DPFedPFT, FedPFT
 from fedshare.strategies.fedpft_chain import FedPFTChain
+from fedshare.strategies.fedproto import FedProto
 from fedshare.strategies.fedprox import FedProx
 from fedshare.strategies.fedrs import FedRS
+from fedshare.strategies.fedtgp import FedTGP
 from fedshare.strategies.flea import FLea
+from fedshare.strategies.fml import FML
 from fedshare.strategies.kd import KnowledgeDistillation
+from fedshare.strategies.lg_fedavg import LGFedAvg
+from fedshare.strategies.local_only import LocalOnly
 from fedshare.strategies.moon import MOON
 from fedshare.strategies.oneshot_avg import OneShotAverage
 from fedshare.strategies.rebafl import ReBaFL
@@ -49,6 +58,7 @@ from fedshare.strategies.xormixfl import MixFL, XorMixFL
 __all__ = [
     "CCVR",
     "DSFL",
+    "FML",
     "MOON",
     "STRATEGIES",
     "BSMFedAvg",
@@ -69,19 +79,27 @@ __all__ = [
     "FedBR",
     "FedData",
     "FedDecorr",
+    "FedDistill",
     "FedDyn",
+    "FedGH",
     "FedGen",
     "FedGenInput",
+    "FedKD",
     "FedKT",
     "FedLC",
+    "FedMRL",
     "FedMix",
     "FedNTD",
     "FedPFT",
     "FedPFTChain",
+    "FedProto",
     "FedProx",
     "FedRS",
+    "FedTGP",
     "FedYogi",
     "KnowledgeDistillation",
+    "LGFedAvg",
+    "LocalOnly",
     "Message",
     "MixFL",
     "OneShotAverage",

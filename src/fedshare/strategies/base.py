@@ -20,6 +20,7 @@ from fedshare.config.params import check_params
 from fedshare.config.validation import check_fields
 from fedshare.data.federated import FederatedData
 from fedshare.engine.aggregation import RunningMean
+from fedshare.engine.architectures import ClientModels
 from fedshare.engine.client import Client
 from fedshare.engine.client_side import ClientSetup
 from fedshare.engine.flat import FlatState
@@ -79,6 +80,8 @@ class SetupContext:
     device: torch.device
     on_stage: Callable[[str], None] | None = None
     """Where `Strategy.server_stage` reports (the engine's progress line); None = nowhere."""
+    client_models: ClientModels | None = None
+    """The clients' own architectures (`clients.models`); None: every client has `model`."""
 
 
 @dataclass

@@ -1,0 +1,111 @@
+"""FedGH (Yi et al., ACM MM 2023, "FedGH: Heterogeneous Federated Learning with Generalized
+Global Header"), §3 and its Algorithm 1.
+
+Each client keeps its own feature extractor. Every round the server sends the generalised
+global header (a Linear feature_dim → classes); the client puts it on its model as its head,
+trains the whole model with cross-entropy on its data, and uploads, per class it holds, the
+mean of its features (its local prototype). The server trains the header on the uploaded
+(prototype, class) pairs alone with cross-entropy, and the next round's clients get it. A
+client is evaluated with the latest header on its own features (`dress`).
+
+Where the paper leaves the server's training settings open, HtFLlib's implementation settles
+them (its `servergh` and its run script `total.sh`: `-slr 0.01 -se 1`, batches of the clients'
+batch size 10): plain SGD at `server_lr` = 0.01, `server_epochs` = 1 shuffled pass over the
+round's prototypes in batches of `server_batch_size` = 10. The header starts as the run's
+initial model's head (the code takes client 0's). Local prototypes are computed after training
+in eval mode, as that code's `collect_protos` does.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshare.engine.client import Client
+from fedshare.engine.flat import FlatState
+from fedshare.engine.messages import Message, Update
+from fedshare.errors import FedshareError
+from fedshare.functional.prototypes import feature_prototypes, unpack
+from fedshare.strategies._local import train_local
+from fedshare.strategies._personal import PersonalStrategy
+from fedshare.strategies._server_training import prototype_batches, train_on_prototypes
+from fedshare.strategies.base import SetupContext, register_strategy
+from fedshare.strategies.fedproto import prototype_message
+from fedshare.strategies.lg_fedavg import head_weights, load_head
+
+
+@register_strategy("fedgh")
+@dataclass
+class FedGH(PersonalStrategy):
+    """Personal extractors; prototypes up, a header trained on them by the server down."""
+
+    server_epochs: int = 1
+    server_lr: float = 0.01
+    server_batch_size: int = 10
+
+    def __post_init__(self) -> None:
+        for key in ("server_epochs", "server_batch_size"):
+            if getattr(self, key) < 1:
+                raise FedshareError(f"strategy.{key}={getattr(self, key)} must be >= 1")
+        if self.server_lr <= 0:
+            raise FedshareError(f"strategy.server_lr={self.server_lr} must be > 0")
+
+    def setup(self, ctx: SetupContext) -> None:
+        super().setup(ctx)
+        self.header = nn.Linear(self.feature_dim, self.num_classes).to(self.device)
+        self.header_flat = FlatState(self.header)
+        self.header_flat.load_(self.header, head_weights(ctx.model))
+        self._uploads: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def header_weights(self) -> torch.Tensor:
+        return self.header_flat.flatten(self.header)
+
+    def broadcast(self, round_idx: int) -> Message:
+        return Message(weights=self.header_weights())
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        model = load_head(self.personal(client), message.weights)
+        loss = train_local(client, model)
+        local, counts = feature_prototypes(model, *client.data(), self.num_classes)
+        payload = prototype_message(local, counts > 0).payload
+        update = Update(
+            client.id, client.num_samples, payload=payload, metrics={"train_loss": loss}
+        )
+        return self.keep(client, model, update)
+
+    def absorb(self, update: Update) -> None:
+        protos, _, held = unpack(update.payload, self.num_classes, self.feature_dim, self.device)
+        classes = torch.nonzero(held).flatten()
+        self._uploads.append((protos[classes], classes))
+
+    def finish(self, round_idx: int) -> None:
+        if not self._uploads:
+            return
+        protos = torch.cat([p for p, _ in self._uploads])
+        labels = torch.cat([c for _, c in self._uploads])
+        self._uploads = []
+        batches = prototype_batches(
+            protos,
+            labels,
+            self.server_batch_size,
+            self.server_epochs,
+            self.seed,
+            "fedgh",
+            round_idx,
+        )
+        loss = train_on_prototypes(
+            self.header, batches, lambda p, y: F.cross_entropy(self.header(p), y), self.server_lr
+        )
+        self.round_metrics = {"header_loss": loss}
+
+    def dress(self, model: nn.Module) -> nn.Module:
+        return load_head(model, self.header_weights())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "header": self.header.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.header.load_state_dict(state["header"])

@@ -1,0 +1,69 @@
+"""FML, federated mutual learning (Shen et al. 2020, "Federated Mutual Learning"), §3 and its
+Algorithm 1.
+
+Every client trains its private model (its own architecture, kept in its state) together with
+a copy of the shared meme model by deep mutual learning, each distilling from the other:
+
+    L_private = α · CE(z_p, y) + (1 − α) · KL(softmax(z_m) ‖ softmax(z_p))
+    L_meme    = β · CE(z_m, y) + (1 − β) · KL(softmax(z_p) ‖ softmax(z_m))
+
+and uploads the meme model, which the server averages (sample-weighted, as FedAvg) and
+broadcasts. The run evaluates the meme model; `eval.personal=true` the private ones.
+Defaults α = β = 0.5 (the paper's). In each KL the other model's output is a fixed target, as in
+deep mutual learning; HtFLlib's implementation (`clientfml`) lets both KL terms
+reach both models and clips gradient norms at 10, which this does not.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from fedshare.engine.client import Client
+from fedshare.engine.messages import Message, Update
+from fedshare.errors import FedshareError
+from fedshare.functional.logit_sharing import kl_to
+from fedshare.strategies._local import train_local
+from fedshare.strategies._shared_model import Pair, SharedModelStrategy
+from fedshare.strategies.base import register_strategy
+
+
+def mutual_loss(
+    z_personal: torch.Tensor, z_shared: torch.Tensor, y: torch.Tensor, alpha: float, beta: float
+) -> torch.Tensor:
+    """L_private + L_meme, each KL toward the other model's detached output."""
+    private = alpha * F.cross_entropy(z_personal, y) + (1 - alpha) * kl_to(
+        z_personal, z_shared.detach()
+    )
+    meme = beta * F.cross_entropy(z_shared, y) + (1 - beta) * kl_to(z_shared, z_personal.detach())
+    return private + meme
+
+
+@register_strategy("fml")
+@dataclass
+class FML(SharedModelStrategy):
+    """Private models and a shared meme model trained by mutual learning; the meme averaged."""
+
+    alpha: float = 0.5
+    beta: float = 0.5
+
+    def __post_init__(self) -> None:
+        for key in ("alpha", "beta"):
+            value = getattr(self, key)
+            if not 0 <= value <= 1:
+                raise FedshareError(f"strategy.{key}={value} must be in [0, 1]")
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        pair = self.pair(client, message.weights)
+
+        def loss(net: Pair, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return mutual_loss(net.personal(x), net.shared(x), y, self.alpha, self.beta)
+
+        train_loss = train_local(client, pair, loss)
+        update = Update(
+            client.id,
+            client.num_samples,
+            weights=self.flat.flatten(pair.shared),
+            metrics={"train_loss": train_loss},
+        )
+        return self.keep(client, pair.personal, update)

@@ -1,0 +1,123 @@
+"""FedGH (a header trained on prototypes by the server) and FedTGP (trainable global
+prototypes with an adaptive margin): the server steps, what travels, and digits runs."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedshare.engine.flat import FlatState
+from fedshare.errors import FedshareError
+from fedshare.functional.prototype_losses import class_gap, margin_prototype_loss
+from fedshare.strategies._personal import PERSONAL
+from fedshare.strategies.base import Update
+from fedshare.strategies.fedproto import prototype_message
+from helpers import digits_federation
+from hetero_runs import CLIENTS, chance_bound, digits_run, server_side
+
+BOUND = chance_bound(digits_federation("iid", CLIENTS))
+
+
+def held_labels() -> int:
+    counts = digits_federation("iid", CLIENTS).partition.class_counts
+    return sum(int((row > 0).sum()) for row in counts)
+
+
+def separated_uploads(d: int, clients: int = 3, classes: int = 10) -> list[Update]:
+    """Each client's prototypes: class c near 5·e_c (class 0 near 10·e_0; d >= classes), plus
+    small noise: class 0's gap is √125, every other class's √50."""
+    gen = torch.Generator().manual_seed(0)
+    centers = torch.zeros(classes, d)
+    centers[torch.arange(classes), torch.arange(classes)] = 5.0
+    centers[0, 0] = 10.0
+    held = torch.ones(classes, dtype=torch.bool)
+    return [
+        Update(
+            k,
+            10,
+            payload=prototype_message(
+                centers + 0.1 * torch.randn(classes, d, generator=gen), held
+            ).payload,
+        )
+        for k in range(clients)
+    ]
+
+
+# ---------------------------------------------------------------- FedGH
+def test_fedgh_header_trains_on_the_uploaded_prototypes_alone():
+    strategy, _ = server_side("fedgh", {"server_epochs": 30, "server_lr": 0.1})
+    strategy.data = None  # the server step reads no data, only the uploads
+    uploads = separated_uploads(strategy.feature_dim)
+    protos = torch.cat([u.payload["prototypes"] for u in uploads])
+    labels = torch.cat([u.payload["proto_classes"] for u in uploads])
+    before = F.cross_entropy(strategy.header(protos), labels).item()
+    strategy.aggregate(iter(uploads), 0)
+    with torch.no_grad():
+        logits = strategy.header(protos)
+    assert F.cross_entropy(logits, labels).item() < before / 2
+    assert torch.equal(logits.argmax(dim=1), labels)
+
+
+def test_fedgh_header_replaces_the_heads_of_personal_models():
+    strategy, _ = server_side("fedgh")
+    flat = FlatState(strategy.model)
+    model = strategy.personal_model(1, {PERSONAL: torch.randn(flat.numel)})
+    assert torch.equal(model.head.weight, strategy.header.weight)
+    assert torch.equal(
+        strategy.broadcast(0).weights, FlatState(strategy.header).flatten(strategy.header)
+    )
+
+
+def test_fedgh_sends_prototypes_up_and_the_header_down_and_learns():
+    result = digits_run("fedgh", rounds=2)
+    first = result.history[0]
+    assert first["bytes_up"] == held_labels() * (128 * 4 + 8)  # prototypes and class ids
+    assert first["bytes_down"] == CLIENTS * (128 * 10 + 10) * 4  # the header's weights
+    assert result.summary["best_accuracy"] > BOUND
+
+
+def test_fedgh_refuses_a_zero_server_epochs():
+    with pytest.raises(FedshareError, match=r"strategy.server_epochs=0 must be >= 1"):
+        digits_run("fedgh", params={"server_epochs": 0})
+
+
+# ---------------------------------------------------------------- FedTGP
+def test_class_gap_is_the_distance_to_the_nearest_other_center():
+    centers = torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.0, 10.0], [9.0, 9.0]])
+    mask = torch.tensor([True, True, True, False])
+    torch.testing.assert_close(class_gap(centers, mask), torch.tensor([3.0, 3.0, 10.0, 3.0]))
+
+
+def test_margin_loss_enlarges_the_own_class_distance():
+    torch.manual_seed(0)
+    p, protos = torch.randn(6, 4), torch.randn(3, 4)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    dist = torch.cdist(p, protos)
+    expected = F.cross_entropy(-(dist + 2.0 * F.one_hot(y, 3)), y)
+    torch.testing.assert_close(margin_prototype_loss(p, y, protos, 2.0), expected)
+    assert margin_prototype_loss(p, y, protos, 2.0) > margin_prototype_loss(p, y, protos, 0.0)
+
+
+def test_fedtgp_server_trains_prototypes_that_separate_the_uploads():
+    strategy, _ = server_side("fedtgp", {"server_epochs": 30, "server_lr": 0.1})
+    uploads = separated_uploads(strategy.feature_dim)
+    protos = torch.cat([u.payload["prototypes"] for u in uploads])
+    labels = torch.cat([u.payload["proto_classes"] for u in uploads])
+    strategy.aggregate(iter(uploads), 0)
+    assert strategy.mask.all()  # every class gets a trainable prototype
+    assert strategy.margin == pytest.approx(125**0.5, rel=0.02)  # the largest gap, under τ
+    nearest = torch.cdist(protos, strategy.prototypes).argmin(dim=1)
+    assert torch.equal(nearest, labels)
+
+
+def test_fedtgp_margin_is_capped_by_the_threshold():
+    strategy, _ = server_side("fedtgp", {"server_epochs": 1, "margin_threshold": 1.5})
+    strategy.aggregate(iter(separated_uploads(strategy.feature_dim)), 0)
+    assert strategy.margin == 1.5
+
+
+def test_fedtgp_sends_prototypes_without_counts_and_learns():
+    result = digits_run("fedtgp", rounds=3, params={"server_epochs": 10})
+    first, second = result.history[:2]
+    assert first["bytes_up"] == held_labels() * (128 * 4 + 8)
+    assert second["bytes_down"] == CLIENTS * 10 * (128 * 4 + 8)
+    assert result.summary["best_accuracy"] > BOUND
