@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from fedshare.config import RunConfig
-from fedshare.config.compose import check_command_line
+from fedshare.config.compose import check_command_line, plain_dict
 from fedshare.config.overrides import check_overrides
 from fedshare.config.resume import resumed_config
 from fedshare.errors import FedshareError, RankFailure, error_sentence
@@ -73,7 +73,7 @@ OmegaConf.register_new_resolver("fedshare.partition", partition_resolver)
 
 def group_params(node: Any) -> tuple[str, dict[str, Any]]:
     """(name, other keys) of a config group node such as `strategy` or `model`."""
-    values = dict(OmegaConf.to_container(node, resolve=True)) if node is not None else {}
+    values = plain_dict(node) if node is not None else {}
     name = values.pop("name", None)
     if not name:
         raise FedshareError("every strategy/data/partition/model config needs a 'name' key")
@@ -132,7 +132,7 @@ def build_simulation(
     settings = simulation_settings(run)
     if group is not None:
         settings["device"] = local_device(run.device, group.local_rank)
-    record: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    record = plain_dict(cfg)
     return assemble(
         strategy,
         fed,

@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from torch import nn
 
@@ -24,9 +24,10 @@ def as_config(cls: type[C], value: C | Mapping[str, Any] | None) -> C:
     if value is None:
         return cls()
     if is_dataclass(value):
-        return value  # type: ignore[return-value]
-    check_fields(cls, value)
-    return cls(**value)
+        return value
+    settings = cast(Mapping[str, Any], value)  # not a dataclass: the mapping of its fields
+    check_fields(cls, settings)
+    return cls(**settings)
 
 
 def check_fields(cls: type, value: Mapping[str, Any]) -> None:

@@ -6,7 +6,7 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from fedshare.config.schema import RunConfig
 from fedshare.config.validation import GROUP_KEYS, check_run
 from fedshare.errors import FedshareError, unknown_key_message
+from fedshare.registry import Registry
 from fedshare.results.rundir import check_run_folder
 
 FLAGS_WITH_VALUE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd")
@@ -136,12 +137,13 @@ def group_parameters(group: str, name: str) -> list[str]:
     from fedshare.models.base import MODELS
     from fedshare.strategies.base import STRATEGIES
 
-    factory, skip, common = {
+    registries: dict[str, tuple[Registry[Any], int, tuple[str, ...]]] = {
         "strategy": (STRATEGIES, 0, ()),
         "data": (DATASETS, 1, COMMON_KEYS),
         "partition": (PARTITIONERS, 3, ("seed",)),
         "model": (MODELS, 2, ()),
-    }[group]
+    }
+    factory, skip, common = registries[group]
     valid: list[str] = list(common)
     if name in factory:
         valid += list(accepted_params(factory.get(name), skip))
@@ -194,15 +196,20 @@ def group_key_error(group: str, node: Any, key: str) -> FedshareError:
     return FedshareError(unknown_param_message(kind, name, param, set(valid) - {"name"}, elsewhere))
 
 
+def plain_dict(node: DictConfig, resolve: bool = True) -> dict[str, Any]:
+    """A mapping config node as plain values (a config's keys are strings)."""
+    values = OmegaConf.to_container(node, resolve=resolve)
+    assert isinstance(values, dict)
+    return cast(dict[str, Any], values)
+
+
 def run_values(cfg: DictConfig) -> dict[str, Any]:
     """The composed config as plain values; `run_dir` (it may name Hydra's runtime values)
     only where the command line or a preset set it."""
     run_dir = None if OmegaConf.is_interpolation(cfg, "run_dir") else cfg.get("run_dir")
-    raw = OmegaConf.to_container(cfg, resolve=False)
-    assert isinstance(raw, dict)
+    raw = plain_dict(cfg, resolve=False)
     raw.pop("run_dir", None)
-    values = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
-    assert isinstance(values, dict)
+    values = plain_dict(OmegaConf.create(raw))
     values["run_dir"] = run_dir
     return values
 

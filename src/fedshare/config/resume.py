@@ -15,6 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from fedshare.config.compose import plain_dict
 from fedshare.config.schema import RunConfig
 from fedshare.engine.resume import CHANGEABLE_ON_RESUME, flatten
 from fedshare.errors import FedshareError
@@ -43,8 +44,12 @@ def resumed_config(
         raise FedshareError(
             f"cannot resume {folder}: its config.yaml cannot be read ({err})"
         ) from None
-    given = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(given, dict)
+    if not isinstance(recorded, DictConfig):
+        raise FedshareError(
+            f"cannot resume {folder}: its config.yaml is a list, not the run's settings; "
+            f"start a new run"
+        )
+    given = plain_dict(cfg)
     check_agreement(given, OmegaConf.to_container(recorded), overrides, folder)
     for key, value in flatten(given).items():
         if changeable(key) and OmegaConf.select(recorded, key, default=...) is not ...:

@@ -62,6 +62,7 @@ class Rule:
             return f"a finite number in {left}{_show(self.low)}, {_show(self.high)}{right}"
         if self.low is not None:
             return f"a finite number {'>' if self.low_open else '>='} {_show(self.low)}"
+        assert self.high is not None  # `describe` asks for a range only when a bound is set
         return f"a finite number {'<' if self.high_open else '<='} {_show(self.high)}"
 
     def accepts(self, value: Any) -> bool:

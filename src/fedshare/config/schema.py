@@ -6,7 +6,7 @@ values it accepts, checked by `fedshare.config.validation`.
 """
 
 from dataclasses import dataclass, field, fields, make_dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from fedshare.config.rules import (
     ANY,
@@ -165,7 +165,8 @@ def unset_fields(cls: type, name: str) -> type:
         [
             (
                 f.name,
-                f.type if f.type is Any else f.type | None,
+                # the schema's fields are real types (no string annotations in this module)
+                f.type if f.type is Any else cast(type, f.type) | None,
                 field(default=None, metadata={RULE: replace(f.metadata[RULE], optional=True)}),
             )
             for f in fields(cls)

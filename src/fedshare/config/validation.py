@@ -133,7 +133,7 @@ def declared_fields(cls: type) -> dict[str, tuple[Any, Rule]]:
 def check_fields(obj: Any, prefix: str) -> None:
     """Every field of dataclass instance `obj` that declares a rule (a strategy's parameters),
     against its type and rule; the error names the key as `<prefix>.<field>`."""
-    for name, (hint, rule) in declared_fields(type(obj)).items():
+    for name, (hint, rule) in declared_fields(obj.__class__).items():
         problem = value_problem(f"{prefix}.{name}", getattr(obj, name), hint, rule)
         if problem:
             raise FedshareError(problem)

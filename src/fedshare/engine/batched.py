@@ -29,8 +29,9 @@ vmapped step replaces many tiny kernels; on a CPU the arithmetic is the same and
 convolutions it becomes can be slower (docs/performance.md has the measurements).
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import nn
@@ -61,9 +62,16 @@ ADAM_EPS = 1e-8  # torch.optim.Adam's default, which `make_optimizer` uses
 def clip_rows(grads: dict[str, torch.Tensor], max_norm: float) -> dict[str, torch.Tensor]:
     """`torch.nn.utils.clip_grad_norm_` for each row (client) of stacked gradients: a row
     whose L2 norm over all parameters exceeds `max_norm` is scaled by max_norm/(norm + 1e-6)."""
-    squares = sum(g.flatten(1).pow(2).sum(1) for g in grads.values())
+    # `grads` is never empty (a model with trainable parameters), so the sum is a tensor
+    squares = cast(torch.Tensor, sum(g.flatten(1).pow(2).sum(1) for g in grads.values()))
     scale = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
     return {n: g * scale.view(-1, *[1] * (g.dim() - 1)) for n, g in grads.items()}
+
+
+def grad_of(param: torch.Tensor) -> torch.Tensor:
+    """`param.grad`, which the backward pass before every step has filled."""
+    assert param.grad is not None
+    return param.grad
 
 
 @dataclass
@@ -86,13 +94,19 @@ class StackedOptimizer:
             self.state = {}
         self.steps[rows] += 1
         for name, p in params.items():
-            grad = p.grad[rows]
+            grad = grad_of(p)[rows]
             if self.train.weight_decay:
                 grad = grad.add(p[rows], alpha=self.train.weight_decay)
             if self.train.optimizer == "adam":
                 p[rows] = p[rows] - self._adam(name, p, grad, rows)
             else:
                 p[rows] = p[rows] - self.lr * self._momentum(name, p, grad, rows)
+
+    @property
+    def _steps(self) -> torch.Tensor:
+        """The step counts, which `step` sets before it updates a row."""
+        assert self.steps is not None
+        return self.steps
 
     def _slot(self, name: str, key: str, like: torch.Tensor) -> torch.Tensor:
         return self.state.setdefault(name, {}).setdefault(key, torch.zeros_like(like))
@@ -101,7 +115,7 @@ class StackedOptimizer:
         if not self.train.momentum:
             return grad
         buf = self._slot(name, "momentum", p)
-        first = (self.steps[pick] == 1).view(-1, *[1] * (grad.dim() - 1))
+        first = (self._steps[pick] == 1).view(-1, *[1] * (grad.dim() - 1))
         # torch's SGD starts the buffer at the first gradient, then buf·momentum + grad
         buf[pick] = torch.where(first, grad, buf[pick] * self.train.momentum + grad)
         return buf[pick]
@@ -112,7 +126,7 @@ class StackedOptimizer:
         m[pick] = m[pick] * b1 + grad * (1 - b1)
         v[pick] = v[pick] * b2 + grad * grad * (1 - b2)
         shape = (-1, *[1] * (grad.dim() - 1))
-        t = self.steps[pick].view(shape)
+        t = self._steps[pick].view(shape)
         denom = (v[pick] / (1 - b2**t)).sqrt() + ADAM_EPS
         return self.lr / (1 - b1**t) * m[pick] / denom
 
@@ -126,11 +140,11 @@ class _LossOf(nn.Module):
         self.model = model
         self.loss_fn = loss_fn
 
-    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         return self.loss_fn(self.model, *tensors)
 
 
-def stacked(tensors: dict[str, torch.Tensor], copies: int) -> dict[str, torch.Tensor]:
+def stacked(tensors: Mapping[str, torch.Tensor], copies: int) -> dict[str, torch.Tensor]:
     return {n: t.detach().unsqueeze(0).repeat(copies, *[1] * t.dim()) for n, t in tensors.items()}
 
 
@@ -240,9 +254,9 @@ class StackedRun:
                     self.buffers[n][rows] = b
             if self.grad_hook is not None:
                 live = {n: p.detach()[rows] for n, p in self.params.items()}
-                grads = {n: p.grad[rows] for n, p in self.params.items()}
+                grads = {n: grad_of(p)[rows] for n, p in self.params.items()}
                 for n, g in self.grad_hook(live, grads, rows).items():
-                    self.params[n].grad[rows] = g
+                    grad_of(self.params[n])[rows] = g
         self.optimizer.step(self.params, rows)
         return losses.detach().float()
 

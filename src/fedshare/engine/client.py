@@ -1,6 +1,6 @@
 """What a client step may touch: its own data, its random streams, the worker model, its state."""
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -89,7 +89,9 @@ class Client:
             self.seed, f"{self.phase}/{purpose}", self.round, self.id, device=self.device
         )
 
-    def make_optimizer(self, params: object = None) -> torch.optim.Optimizer:
+    def make_optimizer(
+        self, params: Iterable[torch.nn.Parameter] | None = None
+    ) -> torch.optim.Optimizer:
         """The configured optimizer at this round's learning rate (default: all model params)."""
         return make_optimizer(
             self.model.parameters() if params is None else params, self.train, self.lr

@@ -208,7 +208,7 @@ class RankGroup:
             dist.all_gather(buffers, mine, group=self.group)
         self.bytes_sent += len(data) * (self.world - 1)
         return [
-            None if rank == self.rank else memoryview(b.numpy())[: int(s.item())]
+            None if rank == self.rank else b.numpy().data[: int(s.item())]
             for rank, (b, s) in enumerate(zip(buffers, sizes, strict=True))
         ]
 
@@ -251,7 +251,7 @@ class RankGroup:
             buffer = payload if self.rank == last else torch.empty(int(size), dtype=torch.uint8)
             dist.broadcast(buffer, last, group=self.group)
             self.bytes_sent += len(data) * last if self.rank == last else 0
-        return value if self.rank == last else from_bytes(memoryview(buffer.numpy()), device)
+        return value if self.rank == last else from_bytes(buffer.numpy().data, device)
 
     def _receive(self, source: int) -> memoryview:
         """The bytes rank `source` sends this rank (`pass_along`)."""
@@ -260,7 +260,7 @@ class RankGroup:
             dist.recv(size, source, group=self.group)
             buffer = torch.empty(int(size.item()), dtype=torch.uint8)
             dist.recv(buffer, source, group=self.group)
-        return memoryview(buffer.numpy())
+        return buffer.numpy().data
 
     def from_writer(self, make: Callable[[], T], device: torch.device | str = "cpu") -> T:
         """`make()` on rank 0, its value on every rank (its exception raised on every rank);

@@ -81,11 +81,21 @@ def check_saved_rounds(state: Mapping[str, Any], rounds: int, every: int, path: 
     foreign file) or exceed the `rounds` the resumed run asks for."""
     done = state.get("rounds_completed")
     evaluated = [r.get("round") if isinstance(r, Mapping) else None for r in state["history"]]
-    valid = isinstance(done, int) and not isinstance(done, bool) and done >= 1
-    numbered = all(isinstance(r, int) and not isinstance(r, bool) for r in evaluated)
-    ordered = numbered and evaluated == sorted(set(evaluated)) and all(r >= 1 for r in evaluated)
-    last = evaluated[-1] if evaluated and ordered else 0
-    if not (valid and ordered and last <= done and done - last < every):
+    numbered = [r for r in evaluated if isinstance(r, int) and not isinstance(r, bool)]
+    ordered = (
+        len(numbered) == len(evaluated)
+        and numbered == sorted(set(numbered))
+        and all(r >= 1 for r in numbered)
+    )
+    last = numbered[-1] if numbered and ordered else 0
+    if not (
+        isinstance(done, int)
+        and not isinstance(done, bool)
+        and done >= 1
+        and ordered
+        and last <= done
+        and done - last < every
+    ):
         raise FedshareError(
             f"the checkpoint {path} says {done!r} rounds completed but its history has the "
             f"evaluated rounds {evaluated[-5:]} (eval.every={every}); it was edited or damaged, "

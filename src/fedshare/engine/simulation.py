@@ -11,6 +11,7 @@ experiment trackers are callbacks (`fedshare.engine.callbacks`, `fedshare.tracki
 import copy
 from collections.abc import Mapping
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -218,7 +219,7 @@ class Simulation:
                 self.rounds_completed = round_idx + 1
                 record = None
                 if self.rounds_completed % cfg.eval.every == 0 or round_idx == cfg.rounds - 1:
-                    record = self.executor.on_writer(lambda info=info: self.evaluator.record(info))
+                    record = self.executor.on_writer(partial(self.evaluator.record, info))
                     self.history.append(record)
                 stops = []
                 for callback in callbacks:

@@ -16,7 +16,7 @@ new checkpoint is in place; files that no checkpoint lists (a run stopped betwee
 writes) are deleted at the next checkpoint.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
@@ -30,7 +30,7 @@ COMPACT_SLACK = 1 << 20
 """Bytes of superseded state tolerated on top of twice the live state before compacting."""
 
 
-def segment_bytes(segment: dict[int, ClientState | None]) -> int:
+def segment_bytes(segment: Mapping[int, ClientState | None]) -> int:
     return sum(payload_bytes(state) for state in segment.values() if state)
 
 
@@ -46,6 +46,7 @@ class ClientStateLog:
         """Write what changed since the last save (or everything, when compacting); return
         the segment names the new checkpoint must list."""
         changed = states.take_changed()
+        segment: Mapping[int, ClientState | None]
         if sum(self.segments.values()) > 2 * states.bytes_held + COMPACT_SLACK:
             name, segment = f"full_{rounds_completed:06d}.pt", dict(states.items())
             self.segments = {}
