@@ -253,7 +253,7 @@ def local_head(
     l2_normalize: bool = False,
     epochs: int | None = None,
 ) -> nn.Linear:
-    """A head trained on the client's own features (the baselines' local model, FedPFT §5.1).
+    """A head trained on the client's own features (the baselines' local model, FedPFT App. D.1).
 
     Every client starts from the same initialisation, drawn from the run seed (as if the server
     had broadcast it; a shared seed costs no traffic), and trains with `train` settings for
