@@ -139,9 +139,10 @@ def _linear_model() -> nn.Module:
 
 @pytest.mark.parametrize("solver", ["lbfgsb", "torch"])
 def test_synthesis_starts_from_scaled_clamped_noise_and_reports_its_own_losses(solver):
-    """Eq. 4, §2.4: x₀ = clamp(σ·N(0, 1)) drawn from the given generator, the result inside the
-    box (an unbounded fit of a linear model leaves it), loss_start / loss_end the mean CE of x₀
-    and of the result, hit_rate the fraction the model assigns to its target, mode restored."""
+    """Eq. 4, FedAA §3.3: x₀ = clamp(σ·N(0, 1)) drawn from the given generator, the result
+    inside the box (an unbounded fit of a linear model leaves it), loss_start / loss_end the mean CE
+    of x₀ and of the result, hit_rate the fraction the model assigns to its target,
+    mode restored."""
     model = _linear_model().train()
     box = Box(torch.full((1, 6), -1.0), torch.full((1, 6), 0.5))
     targets = torch.tensor([0, 1, 2, 0, 1, 2, 2])
@@ -162,7 +163,7 @@ def test_synthesis_starts_from_scaled_clamped_noise_and_reports_its_own_losses(s
 
 
 def test_torch_solver_runs_blocks_of_twenty_lbfgs_iterations_from_fresh_histories(monkeypatch):
-    """§2.4's GPU fallback: torch L-BFGS (lr 1, 20 iterations, history 10, strong Wolfe), a fresh
+    """fedshare's GPU solver: torch L-BFGS (lr 1, 20 iterations, history 10, strong Wolfe), a fresh
     optimizer (history) per block of 20 iterations, ⌈max_iter / 20⌉ blocks."""
     made: list[dict] = []
     lbfgs = torch.optim.LBFGS
@@ -182,7 +183,7 @@ def test_torch_solver_runs_blocks_of_twenty_lbfgs_iterations_from_fresh_historie
 
 
 def test_the_default_solve_is_scipys_lbfgsb_for_100_iterations_from_unit_noise(monkeypatch):
-    """§2.4's [REC] defaults: σ = 1 and `minimize(method="L-BFGS-B", jac=True, bounds=box)` in
+    """fedshare's defaults: σ = 1 and `minimize(method="L-BFGS-B", jac=True, bounds=box)` in
     float64 with maxiter = 100."""
     import scipy.optimize
 
@@ -206,7 +207,7 @@ def test_the_default_solve_is_scipys_lbfgsb_for_100_iterations_from_unit_noise(m
 
 
 def test_the_box_is_the_normalised_image_of_the_stored_range():
-    """§2.4: bounds = the normalised image of [0, 255] (here (0 − 0.5)/0.25 and
+    """fedshare's choice: bounds = the normalised image of [0, 255] (here (0 − 0.5)/0.25 and
     (1 − 0.5)/0.25); data not stored as uint8 is bounded by its stored training range."""
     data = toy_images()
     box = input_box(data, torch.device("cpu"))
@@ -222,7 +223,7 @@ def test_the_box_is_the_normalised_image_of_the_stored_range():
 
 
 def test_each_clients_examples_fool_its_own_model_with_its_own_labels_and_noise():
-    """Eq. 4 per client (§2.4): client k's examples fool *its* phase-A model, the targets are
+    """Eq. 4 per client (FedAA §3.3): client k's examples fool *its* phase-A model, the targets are
     its label set, each label `adv_per_label` times, the noise is k's own stream, and the logged
     diagnostics are the means over the cohort."""
     strategy = FedAA(**{**QUICK, "adv_max_iter": 3, "adv_init_std": 0.7})
@@ -463,7 +464,7 @@ def test_eq7_is_ce_plus_weighted_softplus_of_the_identifiers_logit_with_its_grad
 
 def test_a_round_logs_its_diagnostics_and_time_split():
     """With enough Adam steps the identifiers separate their client's examples on F_avg's
-    features (§8 item 6); the spec's 10 epochs of one batch are 10 steps (docs/fedaa.md)."""
+    features (FedAA §3.4); fedshare's 10 epochs of one batch are 10 steps (docs/fedaa.md)."""
     result = fedaa_run(FedAA(**{**QUICK, "identifier_epochs": 300}), rounds=2)
     for record in result.history:
         assert record["adv_loss_end"] <= record["adv_loss_start"]
@@ -575,7 +576,7 @@ def test_bad_settings_name_the_value():
         FedAA(finetune_lr=0.0)
 
 
-# ------------------------------------------------------------------ §3.3: the privacy argument
+# ---------------------------------------------------------------- FedAA §3.6: the privacy argument
 def test_the_papers_distance_correlation_bound_has_a_counterexample():
     """R_n² (Eqs. 10–13: plain distances, no outer root) is 0 for one class per client and
     near 0 for unpaired labels, but 1 when images are a function of the label: the paper's

@@ -60,7 +60,7 @@ def run(strategy, params, fed, seed=0, train=TRAIN, **kwargs):
     )
 
 
-# --------------------------------------------------------------------------- §8 C3
+# --------------------------------------------------------------------------- FedPFT §6.3
 def test_communication_formulas_reproduce_the_paper_values():
     assert gmm_bytes(2048, 10, 5, "diag") == 409_700
     assert gmm_bytes(2048, 10, 5, "diag") / MIB == pytest.approx(0.3907, abs=1e-4)  # "0.4 MB"
@@ -89,7 +89,7 @@ def pairs_sent(fed, k: int, policy: str = "drop") -> list[list[tuple[int, int]]]
 
 @pytest.mark.parametrize("cov", ["full", "diag", "spherical"])
 def test_engine_bytes_equal_the_formula(mixture_data, cov):
-    """The engine's measured upload = Σ_i 2·(§2.6 formula for C_i classes) + 8 bytes per pair."""
+    """The engine's measured upload = Σ_i 2·(FedPFT Eqs. 9–11, C_i classes) + 8 bytes per pair."""
     fed = federate(mixture_data, {"name": "dirichlet", "alpha": 0.3, "min_size": 5}, 4, 0)
     k, d = 3, 8
     result = run("fedpft", {"covariance": cov, "n_components": k}, fed)
@@ -106,7 +106,7 @@ def test_engine_bytes_equal_the_formula(mixture_data, cov):
 
 
 def test_shrink_policy_and_per_client_components(mixture_data):
-    """§7 A3 shrink: every pair is sent with K_eff = max(1, min(K, n − 1)); per-client K."""
+    """fedshare's shrink: every pair is sent with K_eff = max(1, min(K, n − 1)); per-client K."""
     fed = federate(mixture_data, {"name": "dirichlet", "alpha": 0.05, "min_size": 1}, 5, 1)
     ks = [2, 12]
     result = run(
@@ -164,7 +164,7 @@ def test_fedpft_is_deterministic_and_seed_dependent(mixture_data):
     ],
 )
 def test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out(labelled, temperature, epochs, swa):
-    """§7 A8 / A15: full-batch plain SGD on CE(h(x), y) + T²·KL(softmax(t/T) ‖ softmax(h/T))
+    """fedshare's KD: full-batch plain SGD on CE(h(x), y) + T²·KL(softmax(t/T) ‖ softmax(h/T))
     (the KD term with a teacher; T defaults to 1; KD alone without labels) for `epochs` passes
     (default `train.local_epochs`), the returned loss the steps' mean; with SWA the head ends as
     the mean of the iterates after steps 2, 3, …"""
@@ -213,8 +213,8 @@ def test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out(labelled, temperature, epo
 
 
 def test_synthesis_draws_round_n_times_multiplier_at_least_one_from_each_pairs_stream():
-    """§7 A1: max(1, round(n·multiplier)) samples per (label, n, mixture), labelled with its
-    class; §7 A9: each (client, class) from its own stream."""
+    """fedshare's choice: max(1, round(n·multiplier)) samples per (label, n, mixture),
+    labelled with its class; each (client, class) from its own stream."""
     from fedshare.engine.rng import torch_generator
     from fedshare.functional.gmm import GaussianMixture
 
@@ -269,7 +269,7 @@ def test_local_mixtures_fit_each_class_and_report_drops_and_mean_em_iterations()
 
 
 def test_dp_releases_one_gaussian_per_class_of_at_least_two_samples_without_em():
-    """§2.5: DP-FedPFT releases one Gaussian per (client, class) and drops pairs with n < 2;
+    """FedPFT §4.3: DP-FedPFT releases one Gaussian per (client, class) and drops pairs with n < 2;
     it runs no EM (0 iterations reported)."""
     from types import SimpleNamespace
 
@@ -376,7 +376,7 @@ def test_centralized_runs_any_model_and_resumes_exactly(tmp_path):
 
 
 def test_chain_hops_and_destination_head(digits64):
-    """§2.4: two clients with disjoint labels; client 0 sends once, client 1 sends nothing,
+    """FedPFT §4.2: two clients with disjoint labels; client 0 sends once, client 1 sends nothing,
     the destination's head is the global model and knows the source's classes."""
     fed = federate(digits64, {"name": "task", "tasks": 2}, 2, 0)
     result = run(
@@ -401,8 +401,9 @@ def test_chain_needs_every_client(digits64):
 
 
 def test_fast_sanity_of_the_claims(digits64):
-    """One seed of §8 C1/C4's setting (digits-64, I=5, Dir(0.3)): FedPFT is near Centralized
-    and far above one-shot averaging (loose margins; the 3-seed claims are in the slow tier)."""
+    """One seed of the CPU stand-in's C1/C4 setting (docs/fedpft.md; digits-64, I=5, Dir(0.3)):
+    FedPFT is near Centralized and far above one-shot averaging (loose margins; the 3-seed claims
+    are in the slow tier)."""
     fed = federate(digits64, {"name": "dirichlet", "alpha": 0.3}, 5, 0)
     train = {**TRAIN, "local_epochs": 60}
     central = run("centralized", {}, fed, train=train).final_accuracy

@@ -56,7 +56,7 @@ def run(strategy, data, rounds=3, fraction=0.3, **kwargs):
     )
 
 
-# --------------------------------------------------------------------------- §9 A5: mix-up
+# --------------------------------------------------------------------------- FLea Eq. 2: mix-up
 def test_beta_two_two_moments_and_per_batch_draws():
     beta = beta_weights(100_000, 2.0, np.random.default_rng(0))
     assert float(beta.mean()) == pytest.approx(0.5, abs=0.005)
@@ -101,7 +101,7 @@ def test_soft_cross_entropy_and_distillation():
     assert hot == pytest.approx(4 * float(soft_t), rel=1e-5)
 
 
-# --------------------------------------------------------------------------- §9 A11: schedules
+# --------------------------------------------------------------- FLea App. C.2 and code: schedules
 def test_learning_rate_and_dcor_weight_schedules():
     cfg = TrainConfig(lr=1e-3, lr_schedule="linear", lr_decay=0.018, lr_floor=1e-4)
     rates = [learning_rate(cfg, g) for g in (0, 1, 49, 50, 99)]
@@ -134,7 +134,7 @@ def test_optimizer_reset_each_step_equals_a_new_adam_per_step():
     assert keep.state  # the default keeps the Adam moments
 
 
-# --------------------------------------------------------------------------- §9 A8: buffer
+# --------------------------------------------------------------------------- FLea §3.2: buffer
 @pytest.mark.parametrize(
     ("model", "input_shape", "classes", "shape"),
     [
@@ -174,7 +174,7 @@ def test_penultimate_split_is_refused_unless_allowed(digits20):
         make_strategy("flea").resolve_split(build_model("linear", (12,), 5))
 
 
-# --------------------------------------------------------------------------- §8 item 2: KD
+# --------------------------------------------------------------------------- FLea §3.3: KD
 def _kd_only_loss(model, teacher, x, y, f_buf, y_buf, detach_teacher=True):
     """Reference KD term with kd_input=mixed: KL(θ^(t)[l:](f̃) ‖ θ_k[l:](f̃)), β from seed 0."""
     f = model.encode(x, 1)
@@ -287,7 +287,7 @@ def test_dcor_counts_from_two_samples_and_skips_a_batch_of_one():
 
 
 def test_warmup_step_loss_is_ce_plus_kd_on_raw_inputs_plus_dcor():
-    """Round 0 of the code (§2.3): CE + 0.5·KL(θ^(1)(x) ‖ θ_k(x)) + 3·dCor(x, f)."""
+    """Round 0 of FLea's code: CE + 0.5·KL(θ^(1)(x) ‖ θ_k(x)) + 3·dCor(x, f)."""
     model, teacher, x, y = _flea_step_setup()
     flea = make_strategy("flea")
     flea.split, flea.num_classes = 1, 10
@@ -381,7 +381,7 @@ def _payload_bytes(payload: dict) -> int:
     return sum(t.numel() * t.element_size() for t in payload.values())
 
 
-# --------------------------------------------------------------------------- §9 A9: exposure
+# --------------------------------------------------------------------------- FLea §4.4: exposure
 @pytest.mark.parametrize("clients", [100, 500])
 def test_directed_pair_exposure_follows_the_closed_form(clients):
     sampler = CohortSampler(clients, clients // 10, np.ones(clients), seed=clients)
@@ -497,7 +497,7 @@ def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, digits20, strateg
     assert {k: resumed.summary[k] for k in keys} == {k: full.summary[k] for k in keys}
 
 
-# --------------------------------------------------------------------------- §8 item 13: test set
+# --------------------------------------------------------------------------- FLea's code: test set
 AUGMENT_TEST_DATASETS = ("cifar10", "cifar100", "urbansound8k", "fsdd")
 DATA_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "data"
 

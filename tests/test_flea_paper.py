@@ -128,7 +128,7 @@ def test_every_uci_har_preset_partitions_the_real_labels():
             fed = federate(labels, part, cfg.clients.num, 0)
             sizes = [len(ix) for ix in fed.client_indices]
             assert len(sizes) == cfg.clients.num and sum(sizes) == 7352, preset
-            floor = part.get("min_size") or (6 if "alpha" in part else 1)  # §4.3: C = 6 for HAR
+            floor = part.get("min_size") or (6 if "alpha" in part else 1)  # FLea's code: 6 for HAR
             assert min(sizes) >= floor, (preset, min(sizes))
 
 

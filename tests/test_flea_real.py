@@ -1,4 +1,4 @@
-"""FLea's small-scale claims on real data (flea.md §9 B; measured margins in docs/flea.md).
+"""FLea's small-scale claims on real data (FLea §4.2–4.4, CPU scale; margins: docs/flea.md).
 
 Setting (CPU-sized): FMNIST, a class-balanced 5,000-sample training subset, 100 samples per
 client (K = 50, 5 clients per round), LeNet-FMNIST at half width split after conv1
@@ -60,7 +60,7 @@ def fmnist_run(dataset, partition, method, seed, params=None, rounds=12, width=0
 
 
 def test_flea_and_fedmix_beat_fedavg_on_fmnist_qua3(fmnist):
-    """§9 B12 and B14 at one seed (measured at seed 0, the smallest margins of seeds 0–4:
+    """FLea Table 1's orderings at one seed (measured at seed 0, the smallest margins of seeds 0–4:
     FLea 59.8, FedMix 60.2, FedAvg 53.0)."""
     flea = fmnist_run(fmnist, "qua3", "flea", seed=0)
     fedavg = fmnist_run(fmnist, "qua3", "fedavg", seed=0)
@@ -74,9 +74,9 @@ def test_flea_and_fedmix_beat_fedavg_on_fmnist_qua3(fmnist):
 @pytest.mark.slow
 @pytest.mark.parametrize("partition", ["qua3", "dir0.1"])
 def test_orderings_over_seeds(fmnist, partition):
-    """§9 B12–14 over seeds 0–2 at 40 rounds (not starved, issue 17 item 3): FLea > FedAvg,
-    FedMix > FedAvg, FedData ≥ FLea; FLea ahead of FedMix under Qua(3) (measured +3.3 on the
-    mean, ahead on every seed) and within 3 points of it under Dir(0.1) (measured −0.8)."""
+    """FLea Table 1's orderings over seeds 0–2 at 40 rounds (not starved, issue 17 item 3):
+    FLea > FedAvg, FedMix > FedAvg, FedData ≥ FLea; FLea ahead of FedMix under Qua(3) (measured +3.3
+    on the mean, ahead on every seed) and within 3 points of it under Dir(0.1) (measured −0.8)."""
     best: dict[str, list[float]] = {}
     for seed in range(3):
         for method in ("fedavg", "flea", "fedmix", "feddata"):
@@ -96,7 +96,7 @@ def test_orderings_over_seeds(fmnist, partition):
 
 @pytest.mark.slow
 def test_privacy_tradeoff_of_the_dcor_weight(fmnist):
-    """§9 B16 and B19: with λ2 = 3 the shared activations have lower dCor with their inputs
+    """FLea §4.4 (Fig. 9): with λ2 = 3 the shared activations have lower dCor with their inputs
     and a linear decoder reconstructs the inputs worse than with λ2 = 0 (seeds 0–2; full
     width, 30 rounds: measured decoder test MSE +8.6 % and +14 % at seeds 0 and 1)."""
     dcor: dict[float, list[float]] = {}

@@ -41,9 +41,10 @@ def test_em_matches_scikit_learn_likelihood(cov: str) -> None:
 
 
 def test_em_steps_from_the_kmeans_start_and_stops_on_tol_or_max_iter() -> None:
-    """§2.3: M-step on the k-means labels, then per iteration an E-step (whose mean
-    log-likelihood is reported) and an M-step; stop when it moves by less than `tol` (the
-    first iteration cannot: the previous value is −∞) or after `max_iter` iterations."""
+    """EM as scikit-learn runs it (FedPFT App. D.1): M-step on the k-means labels, then per
+    iteration an E-step (whose mean log-likelihood is reported) and an M-step; stop when it moves by
+    less than `tol` (the first iteration cannot: the previous value is −∞) or after
+    `max_iter` iterations."""
     x = torch.tensor(clustered(150, 3))
 
     def gen() -> torch.Generator:
@@ -76,7 +77,7 @@ def test_single_component_is_the_closed_form(cov: str) -> None:
     x = torch.tensor(clustered(90, 4), dtype=torch.float64)
     g, info = fit_gmm(x, 1, cov, reg_covar=1e-6)
     mean = x.mean(0)
-    biased = (x - mean).T @ (x - mean) / len(x)  # the 1/n covariance (§2.3)
+    biased = (x - mean).T @ (x - mean) / len(x)  # the 1/n covariance (scikit-learn's)
     expected = {
         "full": biased + 1e-6 * torch.eye(4, dtype=x.dtype),
         "diag": biased.diagonal() + 1e-6,
@@ -154,7 +155,7 @@ def test_mixture_counts_follow_the_weights() -> None:
 
 @pytest.mark.parametrize("cov", COVARIANCE_TYPES)
 def test_wire_round_trip_and_byte_count(cov: str) -> None:
-    """Payload bytes = 2 × (§2.6 parameters) + 8 per (client, class); float32 is lossless."""
+    """Payload bytes = 2 × (FedPFT Eqs. 9–11) + 8 per (client, class); float32 is lossless."""
     x = torch.tensor(clustered(300, 5))
     gen = torch.Generator().manual_seed(0)
     mixtures = [
@@ -175,8 +176,8 @@ def test_wire_round_trip_and_byte_count(cov: str) -> None:
 
 
 def test_float16_weights_are_renormalised_and_covariances_sanitised() -> None:
-    """§7 A5 / C12: after the float16 round trip the weights sum to 1 in float64, variances
-    stay >= reg_covar and full covariances are symmetric positive definite."""
+    """fedshare's float16 transfer (C12): after the round trip the weights sum to 1 in float64,
+    variances stay >= reg_covar and full covariances are symmetric positive definite."""
     rng = np.random.default_rng(0)
     w = torch.tensor(rng.dirichlet(np.ones(7)), dtype=torch.float64)
     means = torch.tensor(rng.normal(size=(7, 4)))
@@ -199,7 +200,7 @@ def test_point_mass_for_a_single_sample() -> None:
 
 @pytest.mark.parametrize("cov", COVARIANCE_TYPES)
 def test_point_mass_is_one_component_at_the_mean_with_variance_reg_covar(cov: str) -> None:
-    """§7 A3 shrink for n = 1: weight 1, mean the sample, variance reg_covar in every family."""
+    """Shrink for n = 1: weight 1, mean the sample, variance reg_covar in every family."""
     x = torch.tensor([[0.5, -2.0]])
     g = point_mass(x, cov, 0.25)
     assert g.weights.tolist() == [1.0]
@@ -210,7 +211,7 @@ def test_point_mass_is_one_component_at_the_mean_with_variance_reg_covar(cov: st
 
 
 def test_server_sanitation_clamps_negative_weights_and_spreads_a_zero_total() -> None:
-    """§7 A5: the server renormalises the received weights after clamping them at 0, a
+    """fedshare's choice: the server renormalises the received weights after clamping them at 0, a
     mixture whose weights sum to 0 gets 1/K each, variances are floored at reg_covar; float32
     weights come back exactly."""
     means = torch.tensor([[0.0], [1.0], [2.0]], dtype=torch.float64)
@@ -236,7 +237,7 @@ def test_server_sanitation_clamps_negative_weights_and_spreads_a_zero_total() ->
 
 
 def test_component_parameter_counts() -> None:
-    """§2.6 per-component table."""
+    """FedPFT §6.3's per-component counts (Eqs. 9–11)."""
     expected = {2048: (2_100_225, 4097, 2050), 768: (296_065, 1537, 770), 512: (131_841, 1025, 514)}
     for d, counts in expected.items():
         assert tuple(component_params(d, c) for c in COVARIANCE_TYPES) == counts

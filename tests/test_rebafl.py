@@ -39,7 +39,7 @@ def batch(n: int = 32, seed: int = 0, classes: tuple[int, ...] = (2, 7)):
     return logits, torch.tensor(classes)[idx]
 
 
-# ----------------------------------------------------------------- §8.1–8.3 relaxed softmax
+# ----------------------------------------------------------------- ReBaFL §4.1: relaxed softmax
 def test_rbsm_with_eps_one_is_plain_cross_entropy():
     z, y = batch()
     counts = cal.class_counts(y, C)
@@ -131,7 +131,7 @@ def test_bad_calibration_values_are_rejected():
         simulate(ReBaFL(prototype_memory="all"), digits_federation(PAT), rounds=1, device="cpu")
 
 
-# ----------------------------------------------------------------- §8.4–8.7 prototypes
+# ----------------------------------------------------------------- ReBaFL §4.2: prototypes
 def test_prototypes_are_exact_class_means():
     gen = torch.Generator().manual_seed(0)
     feats = torch.randn(50, 8, generator=gen, dtype=torch.float64)
@@ -158,8 +158,9 @@ def test_feature_prototypes_use_the_penultimate_features():
 
 
 def test_the_wire_carries_the_held_classes_and_unpacks_to_the_full_table():
-    """§3: only the held classes travel with their counts; unpacked, the (C, d) table has zero
-    rows elsewhere. The server's broadcast carries no counts: each class it holds counts 1."""
+    """ReBaFL §4.3: only the held classes travel with their counts; unpacked, the (C, d) table
+    has zero rows elsewhere. The server's broadcast carries no counts: each class it holds
+    counts 1."""
     P = torch.randn(C, 3, generator=torch.Generator().manual_seed(0))
     counts = torch.zeros(C).index_put_((torch.tensor([2, 5]),), torch.tensor([4.0, 1.0]))
     payload = protos.pack(P, counts)
@@ -237,7 +238,8 @@ def test_augmentation_loss_trains_only_the_classifier():
 
 
 def test_local_loss_and_its_gradient_are_rbsm_plus_mu_times_the_augmented_rbsm():
-    """§2.4 steps 1–6 and §2.5 written out: L = CE(φ(h) + log π̂, y) + μ·CE(φ(h̃) + log π̂_aug, ỹ)
+    """Eqs. 15–16 and the local objective (ReBaFL §4.2–4.3) written out:
+    L = CE(φ(h) + log π̂, y) + μ·CE(φ(h̃) + log π̂_aug, ỹ)
     with h̃_k = P_t + λ(h_k − P_{y_k}) (h detached) for t = k mod C where t ≠ y_k and both hold
     a prototype, else (h_k, y_k); π̂_aug = (1 − ε)·n_c/n + ε/C of ỹ (Eq. 10). Value and gradient."""
     fed = digits_federation(PAT)
@@ -280,7 +282,7 @@ def test_local_loss_and_its_gradient_are_rbsm_plus_mu_times_the_augmented_rbsm()
 
 
 def test_the_plan_refreshes_the_clients_own_classes_and_keeps_the_other_received_ones():
-    """Eq. 18 (§7.2): before training, the client's own classes take its feature means under
+    """Eq. 18 (ReBaFL §4.3): before training, the client's own classes take its feature means under
     the received model, the other received prototypes are kept and classes nobody holds stay
     absent; without the refresh the received set is used as is. The prior is Eq. 10 of the
     client's counts with its ε."""
@@ -321,7 +323,7 @@ def test_the_plan_refreshes_the_clients_own_classes_and_keeps_the_other_received
     as_received = plan(refresh_own_prototypes=False)
     assert torch.equal(as_received.mask, received)
     assert torch.equal(as_received.prototypes[received], P[received])
-    x, y = x[y == held[0]], y[y == held[0]]  # one class: below the minimum of 2 (§7.4)
+    x, y = x[y == held[0]], y[y == held[0]]  # one class: below the minimum of 2 (the authors' code)
     client.labels = y
     lonely = plan()
     assert not lonely.augment and lonely.data is None
@@ -374,7 +376,7 @@ def test_rebafl_aggregate_averages_reported_prototypes_and_forgets_unreported():
 
 
 def test_prototype_memory_last_keeps_a_class_until_it_is_reported_again():
-    """§7.3 `prototype_memory="last"`: a class nobody reports this round keeps its last global
+    """fedshare's `prototype_memory="last"`: a class nobody reports this round keeps its last global
     prototype; a reported class takes the new mean."""
     fed = digits_federation(PAT)
     model = init_model("cnn_small", fed, seed=0)
@@ -392,7 +394,7 @@ def test_prototype_memory_last_keeps_a_class_until_it_is_reported_again():
     assert not strategy.prototypes[[2, 3, 4, 6, 7, 8, 9]].any()
 
 
-# ----------------------------------------------------------------- §8.8 availability
+# ----------------------------------------------------------------- ReBaFL §5.1: availability
 def test_availability_rate_and_straggling_period_follow_the_spec():
     probs = availability_per_client(0.3, None, 20)
     rate = np.mean([len(CohortSampler(20, 20, probs, seed=5).cohort(r)) for r in range(10_000)])
@@ -458,7 +460,7 @@ def test_rebafl_shares_only_prototypes_of_held_classes():
 
 
 def test_one_class_clients_share_and_augment_only_when_the_minimum_allows():
-    """§7.4 (the code): a client with fewer than `min_classes_for_aug` classes neither uploads
+    """The authors' code: a client with fewer than `min_classes_for_aug` classes neither uploads
     prototypes nor augments; with the minimum at 1 the same clients do both."""
 
     def one_class(**params):
@@ -481,9 +483,9 @@ def test_one_class_clients_share_and_augment_only_when_the_minimum_allows():
 
 
 def test_a_class_of_one_sample_counts_towards_the_minimum_for_sharing():
-    """§7.4: a client's classes are those it holds a sample of: with the minimum at two, a
-    client with one sample of its second class shares its data (Eqs. 18, 21); with a single
-    class it does not."""
+    """The authors' code: a client's classes are those it holds a sample of: with the minimum
+    at two, a client with one sample of its second class shares its data (Eqs. 18, 21); with a
+    single class it does not."""
     strategy = ReBaFL(mu=1.0, min_classes_for_aug=2)
     strategy.num_classes, strategy.dim = 3, 4
 
@@ -499,8 +501,9 @@ def test_a_class_of_one_sample_counts_towards_the_minimum_for_sharing():
 
 
 def test_a_batched_chunk_of_clients_with_different_eps_steps_each_client_serially():
-    """§7.15: the batched step shares one ε per chunk, so a chunk whose clients differ in ε runs
-    `client_update` client by client, and a chunk with one ε steps batched."""
+    """Per-client ε (ReBaFL §4.1 writes ε_i): the batched step shares one ε per chunk, so a
+    chunk whose clients differ in ε runs `client_update` client by client, and a chunk with one ε
+    steps batched."""
 
     class Batched(Exception):
         pass
@@ -587,8 +590,9 @@ def test_rebafl_beats_fedavg_and_is_steadier_over_five_seeds(fmnist_small):
 
 @pytest.mark.slow
 def test_balanced_softmax_steadies_fedavg_and_relaxation_helps(fmnist_small):
-    """§8 claims 10 and 12 in the reduced setting (seeds 0–2 measured: mean |Δacc| FedAvg 5.4,
-    BSM-FedAvg 3.1; last-5 accuracy BSM 36.3/43.0/44.0, R-BSM (μ = 0) 36.6/48.4/45.8)."""
+    """ReBaFL §5.2's stability and §5.4.1's relaxation claims in the reduced setting (seeds
+    0–2 measured: mean |Δacc| FedAvg 5.4, BSM-FedAvg 3.1; last-5 accuracy BSM 36.3/43.0/44.0, R-BSM
+    (μ = 0) 36.6/48.4/45.8)."""
     seeds = [0, 1, 2]
     _, fedavg_wobble = over_seeds(fmnist_small, "fedavg", seeds)
     bsm, bsm_wobble = over_seeds(fmnist_small, "bsm_fedavg", seeds)

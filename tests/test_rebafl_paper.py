@@ -26,7 +26,7 @@ their cells are judged on the mean over these partition seeds (issue 18, ReBaFL 
 def test_tables_hold_the_papers_numbers():
     assert [len(entries(t)) for t in TABLES] == [40, 8, 27]
     t1 = {(e.preset, e.method): e.mean for e in entries("rebafl_table1")}
-    # ReBaFL is best in every Table I column; BSM-FedAvg and FedLC trail FedAvg on FMNIST (§6)
+    # ReBaFL is best in every Table I column; BSM-FedAvg and FedLC trail FedAvg on FMNIST
     for preset in {p for p, _ in t1}:
         column = {m: v for (p, m), v in t1.items() if p == preset}
         assert column["rebafl"] == max(column.values())
@@ -83,8 +83,9 @@ def test_every_preset_composes_with_the_papers_setup():
 @pytest.mark.paper
 @pytest.mark.parametrize(("table", "preset", "method"), CELLS)
 def test_table_cell_last10_mean_accuracy(table, preset, method, tmp_path):
-    """One seed of a table cell: mean accuracy of the last 10 rounds within ±3 points (§7.12).
-    The cell runs as `python -m fedshare.reproduce run rebafl/table<k>` runs it."""
+    """One seed of a table cell: mean accuracy of the last 10 rounds within ±3 points
+    (fedshare's choice). The cell runs as `python -m fedshare.reproduce run rebafl/table<k>`
+    runs it."""
     extra = method_overrides(table, method)
     strategy = extra[0].split("=")[1]
     if strategy not in STRATEGIES.names():

@@ -46,7 +46,7 @@ def run(strategy: str, seed: int = 0, partition=SMALL, train=TRAIN, **params):
     )
 
 
-# ------------------------------------------------------------------ XOR and blending (§8 1–4)
+# -------------------------------------------------------- XOR and blending (XorMixFL §3, Eqs. 1–3)
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 4), st.integers(1, 3), st.integers(0, 2**31 - 1))
 def test_decoding_with_the_devices_own_keys_is_exact(m, p, seed):
@@ -69,15 +69,16 @@ def test_background_passes_through_the_code_and_the_decoding():
     code = xor_code(target, device_key)
     decoded = xor_code(code, server_key)
     zero = device_key[:, 0] == 0
-    assert torch.equal(code[zero], target[zero])  # the privacy caveat of §4 / §9
+    assert torch.equal(code[zero], target[zero])  # a zero key leaks the target (fedshare's caveat)
     equal = device_key[:, 0] == server_key[:, 0]
     assert torch.equal(decoded[equal], target[equal])
     assert not torch.equal(decoded, target)
 
 
 def test_bytes_quantize_binarize_and_xor_written_out():
-    """A1: round half up and clip to 0…255; bytes ↔ stored values on the dataset's scale;
-    the {0, 255} option thresholds at 128; XOR keys one after another (Eqs. 2–3)."""
+    """fedshare's byte reading: round half up and clip to 0…255; bytes ↔ stored values on the
+    dataset's scale; the {0, 255} option thresholds at 128; XOR keys one after another
+    (Eqs. 2–3)."""
     got = quantize(torch.tensor([-3.0, 0.49, 0.5, 127.5, 254.6, 300.0], dtype=torch.float64))
     assert got.tolist() == [0, 0, 1, 128, 255, 255]
     assert binarize(torch.tensor([0, 127, 128, 255], dtype=torch.uint8)).tolist() == [
@@ -109,7 +110,7 @@ def test_soft_labels_add_each_positions_weight_to_its_class():
 
 
 def test_a_label_with_fewer_than_p_samples_blends_what_it_has_and_repeats_its_first():
-    """ "Up to p" (§3.2): a label with 2 samples and p = 3 blends both (k = 2) and records the
+    """ "Up to p" (Eq. 1): a label with 2 samples and p = 3 blends both (k = 2) and records the
     first position again."""
     gen = torch.Generator().manual_seed(5)
     x = images(gen, 6, 1, 2, 2)
@@ -158,7 +159,7 @@ def test_blend_by_label_draws_distinct_samples_of_the_right_label():
     assert torch.equal(out[0, 1], blend(x[pos[0, 1]][None], 0.5)[0])
 
 
-# ------------------------------------------------------------------ the strategy (§8 3, 5, 6)
+# ------------------------------------------------------ the strategy (XorMixFL §3, Algorithms 1–2)
 def shared(strategy: str, seed: int = 0, **params):
     """Run the sharing only (no training) and return the strategy and the summary."""
     result = run(strategy, seed, train={**TRAIN, "local_epochs": 1}, server_epochs=0, **params)
@@ -171,7 +172,7 @@ def test_quotas_balance_the_server_and_split_evenly():
     result = fedshare.simulate(strategy, fed, "mlp", rounds=1, train={"local_epochs": 1})
     table = strategy.quota_table
     assert table[0].tolist() == [0]  # the server pseudo-client uploads nothing
-    assert sorted(table[1:, 0].tolist()) == [9, 9, 10]  # 28 = 10 + 9 + 9 (A6)
+    assert sorted(table[1:, 0].tolist()) == [9, 9, 10]  # 28 = 10 + 9 + 9 (fedshare's even split)
     assert result.summary["shared_samples"] == 28
     counts = torch.as_tensor(fed.partition.class_counts[0])
     assert result.history[-1]["server_train_samples"] == int(counts.sum()) + 28  # 10 × 30
@@ -225,7 +226,8 @@ def test_a_device_encodes_its_quota_with_dummies_it_holds(num_classes):
 
 
 def test_preblend_encodes_with_one_blend_of_the_m_dummies():
-    """A4 `preblend`: the M dummy blends are first blended into one key (Eq. 1), then XORed."""
+    """`preblend` (fedshare's reading of M > 1): the M dummy blends are first blended into one
+    key (Eq. 1), then XORed."""
     gen = torch.Generator().manual_seed(8)
     target, dummies = images(gen, 4, 1, 3, 3), images(gen, 4, 2, 1, 3, 3)
     labels = torch.zeros(4, 3, dtype=torch.long)
@@ -240,7 +242,7 @@ def test_preblend_encodes_with_one_blend_of_the_m_dummies():
 
 
 def test_a_device_asked_for_one_sample_uploads_it():
-    """quota 4 over three devices: 2, 1, 1 (A6); each uploads exactly its share."""
+    """quota 4 over three devices: 2, 1, 1 (an even split); each uploads exactly its share."""
     strategy, summary = shared("xormixfl", quota=4)
     assert sorted(strategy.quota_table[1:, 0].tolist()) == [1, 1, 2]
     assert summary["shared_samples"] == 4
@@ -431,8 +433,9 @@ def test_mds_metric():
 
 
 def test_privacy_ordering_xor_above_mix_and_rising_with_m():
-    """§8 9–10 on digits, same seed: XorMixFL's MDS > MixFL's in every (M, p) tried, and
-    XorMixFL's MDS rises from M = 1 to M = 3 (dummy labels [3, 4, 5][:M] as in Table 3)."""
+    """XorMixFL §4.2's MDS claims on digits, same seed: XorMixFL's MDS > MixFL's in every
+    (M, p) tried, and XorMixFL's MDS rises from M = 1 to M = 3 (dummy labels [3, 4, 5][:M] as in
+    Table 3)."""
     xor = {}
     for m in (1, 3):
         for p in (1, 3):
@@ -471,7 +474,7 @@ def test_user_errors():
         fedshare.simulate(make_strategy("mixfl", {"mix_ratio": 1.0}), fed, "mlp", rounds=1)
 
 
-# ------------------------------------------------------------------ reduced orderings (§8 7–8)
+# --------------------------------------------------------- reduced orderings (XorMixFL §4.1, §4.3)
 def test_reduced_digits_orderings():
     """XorMixFL above standalone and one-shot Vanilla FL in test accuracy and far above both
     in target-label accuracy; MixFL not far below XorMixFL. Mean of 3 seeds (a few seconds)."""

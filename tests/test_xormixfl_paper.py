@@ -65,7 +65,7 @@ def test_table2_orderings_and_cells(tmp_path):
     over the columns (the full sweep has XorMixFL 0.7 points below Standalone for labels 1 and
     9, so [9] alone is not asserted). Cells: XorMixFL and MixFL within 3 points of the paper
     (the full sweep's largest gap over their 30 cells is 2.5). The baselines' cells are not
-    compared one by one: the paper gives no training recipe (A8), and with ours Standalone and
+    compared one by one: the paper gives no training recipe, and with ours Standalone and
     Vanilla FL are up to 6.2 and 10.6 points above the paper's numbers."""
     acc = {
         (method, col): mean_over_seeds(

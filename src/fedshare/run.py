@@ -1,7 +1,7 @@
 """The command line: `python -m fedshare.run strategy=... data=... partition=... model=...`.
 
 Hydra composes the config from the groups in `configs/`; this module turns it into objects,
-runs the simulation and writes the run directory (DESIGN.md's contract).
+runs the simulation and writes the run directory (docs/run-folders.md).
 """
 
 import contextlib

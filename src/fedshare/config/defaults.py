@@ -23,9 +23,10 @@ DATASET_TRAIN: dict[str, dict[str, Any]] = {
     # small CNN on 8×8 / 28×28 digits: the quick start's recipe
     "digits": _SGD_CNN,
     "mnist": {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9},
-    # lenet_fmnist: ReBaFL's recipe (specs/rebafl.md §7.8); lr 0.05 / momentum 0.9 diverges
+    # lenet_fmnist: ReBaFL's recipe (ReBaFL §5.1; momentum: the authors' code); lr 0.05 /
+    # momentum 0.9 diverges
     "fmnist": {"optimizer": "sgd", "lr": 0.01, "momentum": 0.5, "weight_decay": 5e-4},
-    # MobileNetV2 / audio / HAR nets: FLea's optimizer (specs/flea.md §2.6), without its schedule
+    # MobileNetV2 / audio / HAR nets: FLea's optimizer (FLea App. C.2), without its schedule
     "cifar10": _ADAM,
     "cifar10_sample": _ADAM,
     "cifar100": _ADAM,

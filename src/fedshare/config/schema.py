@@ -111,7 +111,7 @@ class EvalConfig:
     local model's on the client's own data and on the test set (`local_train_davies_bouldin`,
     `local_test_davies_bouldin`, means over the round's clients). Models without a body skip."""
     context_attack: list[int] = ruled(rule=replace(COUNT, numbers=True), default_factory=list)
-    """Attacker training-set sizes of the context-identification attack (flea.md §7, Fig. 9(d),
+    """Attacker training-set sizes of the context-identification attack (FLea §4.4, Fig. 9(d),
     `fedshare.privacy.context`) on what the strategy shares, run once after the last round:
     `summary.json` gets `context_attack_accuracy` ({size: %}) and `context_attack_samples_for_90`.
     Empty (default) = off; only for strategies that share data-derived items, on images."""

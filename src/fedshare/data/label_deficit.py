@@ -12,7 +12,8 @@ names in `group_names`) and in `info`:
 
 A one-shot XorMixFL strategy reads `info["server"]` to find its base samples (the server's
 index tensor) and encodes on the devices only; Vanilla FL and standalone baselines can treat the
-server as an ordinary client (A9). Per-group `clients.availability` works through `groups`.
+server as an ordinary client (fedshare's reading of XorMixFL §4.1). Per-group
+`clients.availability` works through `groups`.
 """
 
 import numpy as np

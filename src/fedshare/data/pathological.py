@@ -110,7 +110,7 @@ def pathological(
     code; counted as `reused` in partition.json), else that is an error. `cover_all` redraws
     the label sets until every class has a holder (a deviation: the paper does not say).
     partition.json's `info.label_sets` records which label sets were drawn (`label_set_coverage`):
-    Table I's calibration baselines depend on them (issue 18, rebafl.md).
+    Table I's calibration baselines depend on them (issue 18, docs/rebafl.md).
     """
     if per_class < 1:
         raise FedshareError(f"partition.per_class={per_class} must be at least 1")

@@ -136,7 +136,7 @@ def covariate(
     once), client k in domain k mod D, one input transform per domain (see module docstring).
     Kinds: identity; rotate (degrees); noise (per-sample Gaussian, std in [0, 1]-scaled input
     units); colour (per-channel gains); invert; shift (one fixed random offset vector of
-    per-coordinate std, FedPFT's C5 "domain offset"). `test`: "mixed" | "clean"."""
+    per-coordinate std, a "domain offset"). `test`: "mixed" | "clean"."""
     if test not in ("mixed", "clean"):
         raise FedshareError(f"partition.test={test!r} must be 'mixed' or 'clean'")
     specs = [

@@ -28,7 +28,7 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """The configured optimizer; with `cfg.optimizer_reset_each_step` its state (momentum,
     Adam moments and step count) is cleared after every step, which equals building a new
-    optimizer per step (flea.md §2.6: every step is a first, bias-corrected Adam step)."""
+    optimizer per step (FLea's code: every step is a first, bias-corrected Adam step)."""
     optimizer: torch.optim.Optimizer
     if cfg.optimizer == "sgd":
         optimizer = torch.optim.SGD(

@@ -1,5 +1,5 @@
 """The Davies–Bouldin score of penultimate features with the true labels as clusters (FLea's
-Fig. 3, flea.md §6): lower means classes that are tighter and further apart.
+Fig. 3, §2.3): lower means classes that are tighter and further apart.
 
 DB = (1/C) Σ_i max_{j≠i} (s_i + s_j) / ‖c_i − c_j‖, with c_i the mean feature of class i and
 s_i the mean Euclidean distance of its samples to c_i (Davies & Bouldin 1979; scikit-learn's

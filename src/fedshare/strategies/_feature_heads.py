@@ -221,7 +221,7 @@ def load_head(target: nn.Linear, weight: torch.Tensor, bias: torch.Tensor) -> No
 
 @torch.no_grad()
 def head_accuracy(head: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """Accuracy (%) of `head` on features `x` (e.g. the server's synthetic set, §2.7)."""
+    """Accuracy (%) of `head` on features `x` (e.g. the server's synthetic set, FedPFT §6.2)."""
     if len(y) == 0:
         return float("nan")
     hits = sum(
@@ -232,7 +232,7 @@ def head_accuracy(head: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 class FeatureClassifier(nn.Module):
-    """h(normalise(f(x))): the evaluated model when features are L2-normalised (DP, §7 A6)."""
+    """h(normalise(f(x))): the evaluated model when features are L2-normalised (FedPFT App. B)."""
 
     def __init__(self, model: nn.Module, head: nn.Module, l2_normalize: bool) -> None:
         super().__init__()
@@ -253,7 +253,7 @@ def local_head(
     l2_normalize: bool = False,
     epochs: int | None = None,
 ) -> nn.Linear:
-    """A head trained on the client's own features (the baselines' local model, §4.3).
+    """A head trained on the client's own features (the baselines' local model, FedPFT App. D.1).
 
     Every client starts from the same initialisation, drawn from the run seed (as if the server
     had broadcast it; a shared seed costs no traffic), and trains with `train` settings for

@@ -150,7 +150,7 @@ class FedPFT(Strategy):
         self._summary: dict[str, Any] = {}
 
     def check(self) -> None:
-        """DP-FedPFT (§2.5) is defined for one Gaussian per class, and its privacy budget,
+        """DP-FedPFT (§4.3) is defined for one Gaussian per class, and its privacy budget,
         log term and calibration must give a noise scale."""
         super().check()
         if not self.dp:
@@ -158,7 +158,7 @@ class FedPFT(Strategy):
         ks = [self.n_components, *(self.client_components or [])]
         if max(ks) != 1:
             raise FedshareError(
-                f"DP-FedPFT is defined for one Gaussian per class (§2.5): set "
+                f"DP-FedPFT is defined for one Gaussian per class (§4.3): set "
                 f"strategy.n_components=1, got {ks}"
             )
         dp.noise_std(

@@ -76,8 +76,9 @@ class SampleSharing(OneShotServer):
     quota: int | None = ruled(None, replace(SIZE, low=0, optional=True))
     """Shared samples per target label in all; None: the server's largest class minus its own."""
     blend_order: str = ruled("fold_left", Rule(choices=ORDERS))
-    """Reading of "g^p" (A3): fold_left | nested | sequence (binomial) | equal; MixFL also
-    folds [target, dummies] with it unless `mix_order` is set."""
+    """Reading of "g^p" (Eq. 1; the recursion is fedshare's choice): fold_left | nested |
+    sequence (binomial) | equal; MixFL also folds [target, dummies] with it unless
+    `mix_order` is set."""
     mix_ratio: float | None = ruled(None, Rule(low=0, high=1, optional=True))
     """MixFL's target-vs-dummy ratio; None: `alpha`. XorMixFL has no such mix and ignores it
     (it lives here so that one Table 3/4 preset serves both methods)."""
@@ -106,7 +107,7 @@ class SampleSharing(OneShotServer):
         ]
         table = torch.zeros(ctx.data.num_clients, len(self.targets), dtype=torch.int32)
         u = len(self.devices)
-        for j, q in enumerate(per_label):  # as even as possible over the devices (A6: 64/63/63)
+        for j, q in enumerate(per_label):  # even over the devices (fedshare: 64/63/63)
             for rank, device in enumerate(self.devices):
                 table[device, j] = q // u + (rank < q % u)
         self.quota_table = table
@@ -152,7 +153,7 @@ class SampleSharing(OneShotServer):
 
     def client_update(self, client: Client, message: Message) -> Update:
         """Algorithm 1: for each target label, `quota` codes of fresh blends (with replacement
-        across codes, distinct within a blend; A14); one upload."""
+        across codes, distinct within a blend; fedshare's choice); one upload."""
         quotas = message.payload["quota"][client.id].tolist()
         if not any(quotas):  # the server's own pseudo-client, or a device asked for nothing
             return Update(client.id, 0)
@@ -173,7 +174,7 @@ class SampleSharing(OneShotServer):
                 continue  # nothing asked, or this device holds no sample of label t
             t_ids = torch.full((q,), t, device=x.device)
             t_blend, t_pos = blend_by_label(x, y, t_ids, self.p, *self._blend_args(gen))
-            if self.dummy_labels is None:  # fresh random dummy labels per code (A5)
+            if self.dummy_labels is None:  # fresh random dummy labels per code (fedshare)
                 pick = draw_distinct(len(usable), q, self.M, gen, x.device)
                 d_ids = pool[pick]
             else:
@@ -257,9 +258,10 @@ class XorMixFL(SampleSharing):
     the server with its own dummy blends; hard target labels."""
 
     multi_dummy_mode: str = ruled("xor_each", Rule(choices=MULTI_DUMMY_MODES))
-    """M > 1 (A4): `xor_each` XORs M blends; `preblend` first blends them into one (Eq. 1)."""
+    """M > 1 (XorMixFL §4.3, read by fedshare): `xor_each` XORs M blends; `preblend` first
+    blends them into one (Eq. 1)."""
     include_server_keys: bool = ruled(False, ANY)
-    """Count the server's key samples among the contributors of a decoded sample (A11)."""
+    """Count the server's key samples among the contributors of a decoded sample (XorMixFL §4.2)."""
 
     def _keys(self, blends: torch.Tensor) -> torch.Tensor:
         if self.multi_dummy_mode == "xor_each" or blends.shape[1] == 1:
