@@ -23,14 +23,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import LEARNING_RATE, SIZE, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Message, Update
-from fedshare.errors import FedshareError
 from fedshare.functional.prototypes import feature_prototypes, unpack
 from fedshare.strategies._local import train_local
 from fedshare.strategies._personal import PersonalStrategy
-from fedshare.strategies._server_training import prototype_batches, train_on_prototypes
+from fedshare.strategies._server_training import (
+    SERVER_EPOCHS,
+    prototype_batches,
+    train_on_prototypes,
+)
 from fedshare.strategies.base import SetupContext, register_strategy
 from fedshare.strategies.fedproto import prototype_message
 from fedshare.strategies.lg_fedavg import head_weights, load_head
@@ -41,16 +45,9 @@ from fedshare.strategies.lg_fedavg import head_weights, load_head
 class FedGH(PersonalStrategy):
     """Personal extractors; prototypes up, a header trained on them by the server down."""
 
-    server_epochs: int = 1
-    server_lr: float = 0.01
-    server_batch_size: int = 10
-
-    def __post_init__(self) -> None:
-        for key in ("server_epochs", "server_batch_size"):
-            if getattr(self, key) < 1:
-                raise FedshareError(f"strategy.{key}={getattr(self, key)} must be >= 1")
-        if self.server_lr <= 0:
-            raise FedshareError(f"strategy.server_lr={self.server_lr} must be > 0")
+    server_epochs: int = ruled(1, SERVER_EPOCHS)
+    server_lr: float = ruled(0.01, LEARNING_RATE)
+    server_batch_size: int = ruled(10, SIZE)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

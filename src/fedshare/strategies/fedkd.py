@@ -30,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import PROBABILITY, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Message, Update
-from fedshare.errors import FedshareError
 from fedshare.functional.logit_sharing import kl_to
 from fedshare.functional.svd import compress, decompress, energy_schedule
 from fedshare.strategies._local import train_local
@@ -94,14 +94,8 @@ class MentorMentee(Pair):
 class FedKD(SharedModelStrategy):
     """Local mentors, a shared mentee exchanged SVD-compressed; adaptive mutual distillation."""
 
-    energy_start: float = 0.95
-    energy_end: float = 0.98
-
-    def __post_init__(self) -> None:
-        for key in ("energy_start", "energy_end"):
-            value = getattr(self, key)
-            if not 0 < value <= 1:
-                raise FedshareError(f"strategy.{key}={value} must be in (0, 1]")
+    energy_start: float = ruled(0.95, PROBABILITY)
+    energy_end: float = ruled(0.98, PROBABILITY)
 
     def energy(self, round_idx: int) -> float:
         return energy_schedule(self.energy_start, self.energy_end, round_idx, self.config.rounds)

@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import NON_NEGATIVE, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.messages import Message, Update
-from fedshare.errors import FedshareError
 from fedshare.functional.prototype_losses import nearest_prototype, prototype_distance_loss
 from fedshare.functional.prototypes import PrototypeAverager, feature_prototypes, pack, unpack
 from fedshare.strategies._local import train_local
@@ -66,11 +66,8 @@ def prototype_accuracy(
 class FedProto(PersonalStrategy):
     """Personal models; class prototypes up, count-weighted global prototypes down."""
 
-    lam: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.lam < 0:
-            raise FedshareError(f"strategy.lam={self.lam} must be >= 0 (0: local training)")
+    lam: float = ruled(1.0, NON_NEGATIVE)
+    """λ, the prototype term's weight (0: local training)."""
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
