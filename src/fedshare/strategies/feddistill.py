@@ -18,6 +18,7 @@ cross-entropy toward softmax(ḡ_y/τ) up to a constant). Defaults λ = 1 (HtFLl
 outputs seen during training).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,7 @@ class FedDistill(PersonalStrategy):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "logits": self.logits, "mask": self.mask}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.logits = state["logits"].to(self.device)
         self.mask = state["mask"].to(self.device)

@@ -16,6 +16,7 @@ initial model's head (the code takes client 0's). Local prototypes are computed 
 in eval mode, as that code's `collect_protos` does.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from fedshare.strategies._server_training import (
     prototype_batches,
     train_on_prototypes,
 )
-from fedshare.strategies.base import SetupContext, register_strategy
+from fedshare.strategies.base import SetupContext, register_strategy, sent_weights
 from fedshare.strategies.fedproto import prototype_message
 from fedshare.strategies.lg_fedavg import head_weights, load_head
 
@@ -63,7 +64,7 @@ class FedGH(PersonalStrategy):
         return Message(weights=self.header_weights())
 
     def client_update(self, client: Client, message: Message) -> Update:
-        model = load_head(self.personal(client), message.weights)
+        model = load_head(self.personal(client), sent_weights(message))
         loss = train_local(client, model)
         local, counts = feature_prototypes(model, *client.data(), self.num_classes)
         payload = prototype_message(local, counts > 0).payload
@@ -103,6 +104,6 @@ class FedGH(PersonalStrategy):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "header": self.header.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.header.load_state_dict(state["header"])

@@ -36,6 +36,7 @@ from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Message, Update
 from fedshare.functional.logit_sharing import kl_to
 from fedshare.functional.svd import compress, decompress, energy_schedule
+from fedshare.models.base import as_block_model
 from fedshare.strategies._local import train_local
 from fedshare.strategies._personal import personal_init
 from fedshare.strategies._shared_model import Pair, SharedModelStrategy
@@ -118,8 +119,9 @@ class FedKD(SharedModelStrategy):
         net = MentorMentee(pair.personal, pair.shared, self.w_h(client))
 
         def loss(m: MentorMentee, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            h_t, h_s = m.personal.features(x).flatten(1), m.shared.features(x).flatten(1)
-            z_t, z_s = m.personal.head(h_t), m.shared.head(h_s)
+            mentor, mentee = as_block_model(m.personal), as_block_model(m.shared)
+            h_t, h_s = mentor.features(x).flatten(1), mentee.features(x).flatten(1)
+            z_t, z_s = mentor.head(h_t), mentee.head(h_s)
             return adaptive_mutual_loss(z_t, z_s, h_t, m.w_h(h_s), y)
 
         train_loss = train_local(client, net, loss)
@@ -135,7 +137,8 @@ class FedKD(SharedModelStrategy):
         w_h = self.w_h_worker
         kept = client.state.get(HIDDEN_MAP)
         flat = kept if kept is not None else personal_init(w_h, self.seed, client.id)
-        return FlatState(w_h).load_(w_h, flat.to(client.device))
+        FlatState(w_h).load_(w_h, flat.to(client.device))
+        return w_h
 
     def absorb(self, update: Update) -> None:
         if update.payload:

@@ -23,6 +23,7 @@ size), plain SGD at `server_lr` = 0.01 (the clients' learning rate), τ = 100, h
 uses the largest class gap, as that code does.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,7 +125,7 @@ class FedTGP(FedProto):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "tgp": self.tgp.state_dict(), "margin": self.margin}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.tgp.load_state_dict(state["tgp"])
         self.margin = float(state["margin"])

@@ -25,7 +25,7 @@ from fedshare.engine.messages import Message, Update
 from fedshare.functional.logit_sharing import kl_to
 from fedshare.strategies._local import train_local
 from fedshare.strategies._shared_model import Pair, SharedModelStrategy
-from fedshare.strategies.base import register_strategy
+from fedshare.strategies.base import register_strategy, sent_weights
 
 
 def mutual_loss(
@@ -48,7 +48,7 @@ class FML(SharedModelStrategy):
     beta: float = ruled(0.5, FRACTION)
 
     def client_update(self, client: Client, message: Message) -> Update:
-        pair = self.pair(client, message.weights)
+        pair = self.pair(client, sent_weights(message))
 
         def loss(net: Pair, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return mutual_loss(net.personal(x), net.shared(x), y, self.alpha, self.beta)
