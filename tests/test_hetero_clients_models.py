@@ -6,12 +6,12 @@ k gets `models[k mod 3]`.
 
 import pytest
 import torch
-from fedshare.api import init_model
-from fedshare.assemble import assemble
-from fedshare.defaults import resolve_train
-from fedshare.preflight import check_command_line, compose_member, run_values
 
 from fedshare.config import CheckpointConfig, ClientsConfig, EvalConfig, SimulationConfig
+from fedshare.config.api import init_model
+from fedshare.config.assemble import assemble
+from fedshare.config.compose import check_command_line, compose_member, run_values
+from fedshare.config.defaults import resolve_train
 from fedshare.engine.architectures import model_entries
 from fedshare.engine.flat import FlatState
 from fedshare.engine.simulation import Simulation

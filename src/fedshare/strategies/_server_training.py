@@ -3,11 +3,16 @@ prototypes): shuffled mini-batches from the run's derived streams, plain SGD as 
 HtFLlib's implementations (`servergh`, `servertgp`)."""
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import torch
 from torch import nn
 
+from fedshare.config.rules import EPOCHS
 from fedshare.engine.rng import torch_generator
+
+SERVER_EPOCHS = replace(EPOCHS, low=1)
+"""Passes of server training over the uploads: at least one."""
 
 
 def prototype_batches(

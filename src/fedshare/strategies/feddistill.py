@@ -18,6 +18,7 @@ cross-entropy toward softmax(ḡ_y/τ) up to a constant). Defaults λ = 1 (HtFLl
 outputs seen during training).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import NON_NEGATIVE, POSITIVE, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.messages import Message, Update
-from fedshare.errors import FedshareError
 from fedshare.functional.logit_sharing import label_distillation_loss, label_logits
 from fedshare.functional.prototypes import PrototypeAverager, unpack
 from fedshare.strategies._local import train_local
@@ -41,14 +42,9 @@ from fedshare.strategies.fedproto import prototype_message
 class FedDistill(PersonalStrategy):
     """Personal models; per-label average logits up, global per-label logits down."""
 
-    lam: float = 1.0
-    temperature: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.lam < 0:
-            raise FedshareError(f"strategy.lam={self.lam} must be >= 0 (0: local training)")
-        if self.temperature <= 0:
-            raise FedshareError(f"strategy.temperature={self.temperature} must be > 0")
+    lam: float = ruled(1.0, NON_NEGATIVE)
+    """The distillation term's weight (0: local training)."""
+    temperature: float = ruled(1.0, POSITIVE)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
@@ -90,7 +86,7 @@ class FedDistill(PersonalStrategy):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "logits": self.logits, "mask": self.mask}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.logits = state["logits"].to(self.device)
         self.mask = state["mask"].to(self.device)

@@ -16,6 +16,7 @@ initial model's head (the code takes client 0's). Local prototypes are computed 
 in eval mode, as that code's `collect_protos` does.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,15 +24,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import LEARNING_RATE, SIZE, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Message, Update
-from fedshare.errors import FedshareError
 from fedshare.functional.prototypes import feature_prototypes, unpack
 from fedshare.strategies._local import train_local
 from fedshare.strategies._personal import PersonalStrategy
-from fedshare.strategies._server_training import prototype_batches, train_on_prototypes
-from fedshare.strategies.base import SetupContext, register_strategy
+from fedshare.strategies._server_training import (
+    SERVER_EPOCHS,
+    prototype_batches,
+    train_on_prototypes,
+)
+from fedshare.strategies.base import SetupContext, register_strategy, sent_weights
 from fedshare.strategies.fedproto import prototype_message
 from fedshare.strategies.lg_fedavg import head_weights, load_head
 
@@ -41,16 +46,9 @@ from fedshare.strategies.lg_fedavg import head_weights, load_head
 class FedGH(PersonalStrategy):
     """Personal extractors; prototypes up, a header trained on them by the server down."""
 
-    server_epochs: int = 1
-    server_lr: float = 0.01
-    server_batch_size: int = 10
-
-    def __post_init__(self) -> None:
-        for key in ("server_epochs", "server_batch_size"):
-            if getattr(self, key) < 1:
-                raise FedshareError(f"strategy.{key}={getattr(self, key)} must be >= 1")
-        if self.server_lr <= 0:
-            raise FedshareError(f"strategy.server_lr={self.server_lr} must be > 0")
+    server_epochs: int = ruled(1, SERVER_EPOCHS)
+    server_lr: float = ruled(0.01, LEARNING_RATE)
+    server_batch_size: int = ruled(10, SIZE)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
@@ -66,7 +64,7 @@ class FedGH(PersonalStrategy):
         return Message(weights=self.header_weights())
 
     def client_update(self, client: Client, message: Message) -> Update:
-        model = load_head(self.personal(client), message.weights)
+        model = load_head(self.personal(client), sent_weights(message))
         loss = train_local(client, model)
         local, counts = feature_prototypes(model, *client.data(), self.num_classes)
         payload = prototype_message(local, counts > 0).payload
@@ -106,6 +104,6 @@ class FedGH(PersonalStrategy):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "header": self.header.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.header.load_state_dict(state["header"])

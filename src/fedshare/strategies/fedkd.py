@@ -30,12 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import PROBABILITY, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Message, Update
-from fedshare.errors import FedshareError
 from fedshare.functional.logit_sharing import kl_to
 from fedshare.functional.svd import compress, decompress, energy_schedule
+from fedshare.models.base import as_block_model
 from fedshare.strategies._local import train_local
 from fedshare.strategies._personal import personal_init
 from fedshare.strategies._shared_model import Pair, SharedModelStrategy
@@ -94,14 +95,8 @@ class MentorMentee(Pair):
 class FedKD(SharedModelStrategy):
     """Local mentors, a shared mentee exchanged SVD-compressed; adaptive mutual distillation."""
 
-    energy_start: float = 0.95
-    energy_end: float = 0.98
-
-    def __post_init__(self) -> None:
-        for key in ("energy_start", "energy_end"):
-            value = getattr(self, key)
-            if not 0 < value <= 1:
-                raise FedshareError(f"strategy.{key}={value} must be in (0, 1]")
+    energy_start: float = ruled(0.95, PROBABILITY)
+    energy_end: float = ruled(0.98, PROBABILITY)
 
     def energy(self, round_idx: int) -> float:
         return energy_schedule(self.energy_start, self.energy_end, round_idx, self.config.rounds)
@@ -124,8 +119,9 @@ class FedKD(SharedModelStrategy):
         net = MentorMentee(pair.personal, pair.shared, self.w_h(client))
 
         def loss(m: MentorMentee, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            h_t, h_s = m.personal.features(x).flatten(1), m.shared.features(x).flatten(1)
-            z_t, z_s = m.personal.head(h_t), m.shared.head(h_s)
+            mentor, mentee = as_block_model(m.personal), as_block_model(m.shared)
+            h_t, h_s = mentor.features(x).flatten(1), mentee.features(x).flatten(1)
+            z_t, z_s = mentor.head(h_t), mentee.head(h_s)
             return adaptive_mutual_loss(z_t, z_s, h_t, m.w_h(h_s), y)
 
         train_loss = train_local(client, net, loss)
@@ -141,7 +137,8 @@ class FedKD(SharedModelStrategy):
         w_h = self.w_h_worker
         kept = client.state.get(HIDDEN_MAP)
         flat = kept if kept is not None else personal_init(w_h, self.seed, client.id)
-        return FlatState(w_h).load_(w_h, flat.to(client.device))
+        FlatState(w_h).load_(w_h, flat.to(client.device))
+        return w_h
 
     def absorb(self, update: Update) -> None:
         if update.payload:

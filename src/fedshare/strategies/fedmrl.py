@@ -28,11 +28,16 @@ from torch import nn
 from fedshare.engine.client import Client
 from fedshare.engine.messages import Message, Update
 from fedshare.errors import FedshareError
-from fedshare.models.base import feature_width
+from fedshare.models.base import as_block_model, feature_width
 from fedshare.strategies._local import train_local
 from fedshare.strategies._personal import PersonalStrategy
 from fedshare.strategies._shared_model import SharedModelStrategy
-from fedshare.strategies.base import ClientSetup, SetupContext, register_strategy
+from fedshare.strategies.base import (
+    ClientSetup,
+    SetupContext,
+    register_strategy,
+    sent_weights,
+)
 
 
 class MRLPersonal(nn.Module):
@@ -40,7 +45,7 @@ class MRLPersonal(nn.Module):
 
     def __init__(self, local: nn.Module, proj: nn.Module) -> None:
         super().__init__()
-        self.local = local
+        self.local = as_block_model(local)
         self.proj = proj
 
 
@@ -49,7 +54,7 @@ class MRLNet(nn.Module):
 
     def __init__(self, shared: nn.Module, personal: MRLPersonal) -> None:
         super().__init__()
-        self.shared = shared
+        self.shared = as_block_model(shared)
         self.personal = personal
 
     def both(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,8 +100,9 @@ class FedMRL(SharedModelStrategy):
         return self._personal_module(model, self.feature_dim)
 
     def client_update(self, client: Client, message: Message) -> Update:
-        shared = self.load_weights(self.shared_worker, message.weights.to(client.device))
-        personal = self.personal(client, MRLPersonal(client.model, self.proj_worker))
+        shared = self.load_weights(self.shared_worker, sent_weights(message).to(client.device))
+        personal = MRLPersonal(client.model, self.proj_worker)
+        self.personal(client, personal)  # loads the client's kept F and P into it, in place
         net = MRLNet(shared, personal)
         loss = train_local(client, net, matryoshka_loss)
         update = Update(

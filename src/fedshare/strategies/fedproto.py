@@ -26,6 +26,7 @@ training), and the server weights by class counts as the paper's aggregation doe
 takes an unweighted mean over clients).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,11 +34,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.rules import NON_NEGATIVE, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.messages import Message, Update
-from fedshare.errors import FedshareError
 from fedshare.functional.prototype_losses import nearest_prototype, prototype_distance_loss
 from fedshare.functional.prototypes import PrototypeAverager, feature_prototypes, pack, unpack
+from fedshare.models.base import as_block_model
 from fedshare.strategies._local import train_local
 from fedshare.strategies._personal import PersonalStrategy
 from fedshare.strategies.base import SetupContext, register_strategy
@@ -56,7 +58,8 @@ def prototype_accuracy(
     """Accuracy (%) of nearest-prototype prediction on the features of `model`."""
     was_training = model.training
     model.eval()
-    features = torch.cat([model.features(chunk).flatten(1) for chunk in x.split(1000)])
+    blocks = as_block_model(model)
+    features = torch.cat([blocks.features(chunk).flatten(1) for chunk in x.split(1000)])
     model.train(was_training)
     return 100.0 * float((nearest_prototype(features, prototypes, mask) == y).float().mean())
 
@@ -66,11 +69,8 @@ def prototype_accuracy(
 class FedProto(PersonalStrategy):
     """Personal models; class prototypes up, count-weighted global prototypes down."""
 
-    lam: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.lam < 0:
-            raise FedshareError(f"strategy.lam={self.lam} must be >= 0 (0: local training)")
+    lam: float = ruled(1.0, NON_NEGATIVE)
+    """λ, the prototype term's weight (0: local training)."""
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
@@ -86,8 +86,9 @@ class FedProto(PersonalStrategy):
         model = self.personal(client)
 
         def loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            f = net.features(x)
-            ce = F.cross_entropy(net.head(f), y)
+            blocks = as_block_model(net)
+            f = blocks.features(x)
+            ce = F.cross_entropy(blocks.head(f), y)
             return ce + self.lam * prototype_distance_loss(f.flatten(1), y, protos, mask)
 
         train_loss = train_local(client, model, loss)
@@ -127,7 +128,7 @@ class FedProto(PersonalStrategy):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "prototypes": self.prototypes, "mask": self.mask}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.prototypes = state["prototypes"].to(self.device)
         self.mask = state["mask"].to(self.device)

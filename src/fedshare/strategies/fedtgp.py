@@ -23,18 +23,23 @@ size), plain SGD at `server_lr` = 0.01 (the clients' learning rate), τ = 100, h
 uses the largest class gap, as that code does.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from fedshare.config.rules import LEARNING_RATE, NON_NEGATIVE, SIZE, ruled
 from fedshare.engine.messages import Update
 from fedshare.engine.rng import derive_seed
-from fedshare.errors import FedshareError
 from fedshare.functional.prototype_losses import class_gap, margin_prototype_loss
 from fedshare.functional.prototypes import PrototypeAverager, unpack
-from fedshare.strategies._server_training import prototype_batches, train_on_prototypes
+from fedshare.strategies._server_training import (
+    SERVER_EPOCHS,
+    prototype_batches,
+    train_on_prototypes,
+)
 from fedshare.strategies.base import SetupContext, register_strategy
 from fedshare.strategies.fedproto import FedProto, prototype_message
 
@@ -57,21 +62,11 @@ class TrainableGlobalPrototypes(nn.Module):
 class FedTGP(FedProto):
     """FedProto's clients; trainable global prototypes with an adaptive margin on the server."""
 
-    lam: float = 10.0
-    margin_threshold: float = 100.0
-    server_epochs: int = 100
-    server_lr: float = 0.01
-    server_batch_size: int = 10
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for key in ("server_epochs", "server_batch_size"):
-            if getattr(self, key) < 1:
-                raise FedshareError(f"strategy.{key}={getattr(self, key)} must be >= 1")
-        if self.server_lr <= 0:
-            raise FedshareError(f"strategy.server_lr={self.server_lr} must be > 0")
-        if self.margin_threshold < 0:
-            raise FedshareError(f"strategy.margin_threshold={self.margin_threshold} must be >= 0")
+    lam: float = ruled(10.0, NON_NEGATIVE)
+    margin_threshold: float = ruled(100.0, NON_NEGATIVE)
+    server_epochs: int = ruled(100, SERVER_EPOCHS)
+    server_lr: float = ruled(0.01, LEARNING_RATE)
+    server_batch_size: int = ruled(10, SIZE)
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
@@ -130,7 +125,7 @@ class FedTGP(FedProto):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "tgp": self.tgp.state_dict(), "margin": self.margin}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.tgp.load_state_dict(state["tgp"])
         self.margin = float(state["margin"])

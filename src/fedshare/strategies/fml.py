@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from fedshare.config.rules import FRACTION, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.messages import Message, Update
-from fedshare.errors import FedshareError
 from fedshare.functional.logit_sharing import kl_to
 from fedshare.strategies._local import train_local
 from fedshare.strategies._shared_model import Pair, SharedModelStrategy
-from fedshare.strategies.base import register_strategy
+from fedshare.strategies.base import register_strategy, sent_weights
 
 
 def mutual_loss(
@@ -44,17 +44,11 @@ def mutual_loss(
 class FML(SharedModelStrategy):
     """Private models and a shared meme model trained by mutual learning; the meme averaged."""
 
-    alpha: float = 0.5
-    beta: float = 0.5
-
-    def __post_init__(self) -> None:
-        for key in ("alpha", "beta"):
-            value = getattr(self, key)
-            if not 0 <= value <= 1:
-                raise FedshareError(f"strategy.{key}={value} must be in [0, 1]")
+    alpha: float = ruled(0.5, FRACTION)
+    beta: float = ruled(0.5, FRACTION)
 
     def client_update(self, client: Client, message: Message) -> Update:
-        pair = self.pair(client, message.weights)
+        pair = self.pair(client, sent_weights(message))
 
         def loss(net: Pair, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return mutual_loss(net.personal(x), net.shared(x), y, self.alpha, self.beta)

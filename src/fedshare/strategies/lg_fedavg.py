@@ -11,6 +11,7 @@ the sample-weighted mean of the uploaded heads (the paper's n_k/n weights). A cl
 evaluated with the latest global head on its own representation (`dress`).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,19 +22,22 @@ from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Message, Update
+from fedshare.models.base import as_block_model
 from fedshare.strategies._local import train_local
 from fedshare.strategies._personal import PersonalStrategy
-from fedshare.strategies.base import SetupContext, register_strategy
+from fedshare.strategies.base import SetupContext, register_strategy, sent_weights
 
 
 def load_head(model: nn.Module, flat: torch.Tensor) -> nn.Module:
     """`model` with its head's weights replaced by `flat` (in place)."""
-    FlatState(model.head).load_(model.head, flat.to(next(model.parameters()).device))
+    head = as_block_model(model).head
+    FlatState(head).load_(head, flat.to(next(model.parameters()).device))
     return model
 
 
 def head_weights(model: nn.Module) -> torch.Tensor:
-    return FlatState(model.head).flatten(model.head)
+    head = as_block_model(model).head
+    return FlatState(head).flatten(head)
 
 
 @register_strategy("lg_fedavg")
@@ -50,7 +54,7 @@ class LGFedAvg(PersonalStrategy):
         return Message(weights=self.global_head)
 
     def client_update(self, client: Client, message: Message) -> Update:
-        model = load_head(self.personal(client), message.weights)
+        model = load_head(self.personal(client), sent_weights(message))
         loss = train_local(client, model)
         update = Update(
             client.id, client.num_samples, weights=head_weights(model), metrics={"train_loss": loss}
@@ -73,6 +77,6 @@ class LGFedAvg(PersonalStrategy):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "global_head": self.global_head}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.global_head = state["global_head"].to(self.device)
