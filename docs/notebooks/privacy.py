@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # What sharing costs in privacy: FLea's activations
+# # What sharing costs in privacy: FLea's activations and FedProto's prototypes
 #
 # FLea (Xia et al., KDD 2024) has every client share the activations of a fixed 10 % of its
 # samples at an early layer l, with their labels, through a buffer the server rebuilds each
@@ -22,6 +22,12 @@
 #   activations reached the receiver, and the share of each client's samples that were ever
 #   shared.
 #
+# FedProto (Tan et al., AAAI 2022) shares something else: each client uploads, per class it
+# holds, its *prototype*, the mean penultimate feature of its samples of that class, with the
+# class count (§"Federated Prototype Learning", Algorithm 1). One vector per class, no sample
+# of its own: the last section measures what those prototypes reveal of the clients' inputs
+# at the level where they leak, the class, and compares it with FLea's per-sample dCor.
+#
 # The setting: `experiment=flea/cpu` cut to 10 rounds — digits, 10 clients × 2 classes × 80
 # samples, half of them a round, E = 2, SGD 0.05 with momentum 0.9, the small CNN (FLea's
 # split after `conv1`) — against FedAvg on the same split.
@@ -31,8 +37,10 @@ import matplotlib.pyplot as plt
 import torch
 
 import fedshare
+from fedshare.functional.prototypes import unpack
 from fedshare.privacy.dcor import mean_distance_correlation
 from fedshare.privacy.exposure import expected_pair_exposure
+from fedshare.strategies.fedproto import FedProto
 
 SPLIT = {"name": "pathological", "classes_per_client": 2, "per_class": 80}
 data = fedshare.federate(fedshare.load_dataset({"name": "digits"}), SPLIT, 10, seed=0)
@@ -110,3 +118,123 @@ ax.set(xlabel="client", ylabel="samples shared (fraction)")
 plt.show()
 print({k: round(v, 3) for k, v in flea.summary.items() if k.startswith("exposure_")
        and not isinstance(v, list)})
+
+# %% [markdown]
+# ## A prototype method: what FedProto's prototypes reveal
+#
+# FedProto on the same split, 2 rounds with every client each round (so that every client has
+# uploaded), the same local training. A subclass records what the server receives: each
+# client's last upload, its (class → prototype) pairs. A prototype is one vector per class,
+# so no single sample is shared (sample-level exposure 0); what it can leak is the class:
+# the client's mean input of that class.
+#
+# The measure: over the n = 20 (client, class) pairs a client holds (10 clients × 2
+# classes), x̄ is the client's mean prepared input of the class and p the prototype it sent
+# for it; **class-level dCor** = dCor(x̄, p) over these 20 pairs (the same
+# `mean_distance_correlation`, one chunk). dCor's finite-sample bias depends on n, so each
+# value is shown beside its **shuffled baseline**: the mean dCor over 200 random re-pairings
+# of the same vectors (what independence gives at that n), and the permutation p-value (the
+# share of re-pairings at least as high). FLea's per-sample value is the
+# dCor between 32 inputs and their activations after `conv1` (the split it shares), from its
+# final model, beside the same baseline at n = 32.
+
+# %%
+class RecordedFedProto(FedProto):
+    """FedProto that keeps each client's last upload as the server received it."""
+
+    def absorb(self, update):
+        protos, _, mask = unpack(update.payload, self.num_classes, self.feature_dim, "cpu")
+        self.received[update.client_id] = (protos, mask)
+        super().absorb(update)
+
+
+recorder = RecordedFedProto()
+recorder.received = {}
+proto_run = fedshare.simulate(
+    recorder, data, "cnn_small", rounds=2, seed=0, clients={"fraction": 1.0}, train=TRAIN
+)
+print(f"fedproto: final {proto_run.final_accuracy:.2f} % (a personal model of 2 classes), "
+      f"shared {proto_run.summary['bytes_shared'] / 1e6:.3f} MB, "
+      f"{len(recorder.received)} clients uploaded")
+
+dataset = data.dataset
+mean_inputs, prototypes, pair_class = [], [], []
+for client, (protos, mask) in sorted(recorder.received.items()):
+    idx = data.client_indices[client]
+    x_client, y_client = dataset.prepare(dataset.x_train[idx]), dataset.y_train[idx]
+    for c in torch.nonzero(mask).flatten().tolist():
+        mean_inputs.append(x_client[y_client == c].flatten(1).mean(0))
+        prototypes.append(protos[c])
+        pair_class.append(c)
+mean_inputs, prototypes = torch.stack(mean_inputs), torch.stack(prototypes)
+
+
+def with_baseline(sources, shared, permutations=200):
+    """dCor(sources, shared) over all rows, its mean over random re-pairings, and the share
+    of re-pairings at least as high (the permutation p-value)."""
+    n = sources.shape[0]
+    generator = torch.Generator().manual_seed(0)
+    shuffled = [
+        mean_distance_correlation(sources, shared[torch.randperm(n, generator=generator)], chunk=n)
+        for _ in range(permutations)
+    ]
+    value = mean_distance_correlation(sources, shared, chunk=n)
+    p_value = sum(s >= value for s in shuffled) / permutations
+    return value, sum(shuffled) / permutations, p_value
+
+
+flea_model = flea.strategy.global_model().eval()
+with torch.no_grad():
+    flea_shared = flea_model.encode(x[:32], 1)
+measures = {
+    "FLea: samples → activations\n(n = 32)": with_baseline(x[:32], flea_shared),
+    f"FedProto: class means → prototypes\n(n = {len(pair_class)})": with_baseline(
+        mean_inputs, prototypes
+    ),
+}
+for label, (value, baseline, p_value) in measures.items():
+    print(f"{label.replace(chr(10), ' ')}: dCor {value:.3f}, "
+          f"shuffled baseline {baseline:.3f}, p = {p_value:.3f}")
+
+# %% [markdown]
+# Left, the two dCor values beside their baselines. Right, what the class-level dCor
+# correlates: for every two (client, class) pairs, the distance between their mean inputs
+# against the distance between their prototypes. Two clients' mean inputs of one class lie
+# close together; their prototypes much less so, because each FedProto client computes its
+# prototypes with its own personal model (a different feature space per client, pulled
+# together only by the λ·distance-to-global-prototype term). The class-level dCor measures
+# how much of the inputs' geometry the prototypes still keep; read it against its baseline,
+# which at n = 20 high-dimensional vectors is far from 0.
+
+# %%
+fig, (bar_ax, scatter_ax) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+positions = range(len(measures))
+bar_ax.bar([i - 0.2 for i in positions], [v for v, _, _ in measures.values()], width=0.4,
+           label="dCor")
+bar_ax.bar([i + 0.2 for i in positions], [b for _, b, _ in measures.values()], width=0.4,
+           label="shuffled baseline", color="0.7")
+bar_ax.set_xticks(list(positions), list(measures), fontsize=8)
+bar_ax.set(ylabel="distance correlation", ylim=(0, 1))
+bar_ax.legend(fontsize=8)
+input_distances = torch.cdist(mean_inputs, mean_inputs)
+prototype_distances = torch.cdist(prototypes, prototypes)
+upper = torch.triu_indices(len(pair_class), len(pair_class), offset=1)
+classes = torch.tensor(pair_class)
+same = classes[upper[0]] == classes[upper[1]]
+for selection, label in [(~same, "different classes"), (same, "same class, two clients")]:
+    scatter_ax.scatter(input_distances[upper[0], upper[1]][selection],
+                       prototype_distances[upper[0], upper[1]][selection], s=12, label=label)
+scatter_ax.set(xlabel="distance between mean inputs", ylabel="distance between prototypes")
+scatter_ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# What each method exposes, at the two levels: the share of a client's samples that left
+# it (FLea: its 10 % subset once it took part; FedProto: none, a prototype is a mean), and the
+# share of the (client, class) pairs it holds whose class mean left it in some form (FedProto:
+# every held class of every client that took part).
+
+# %%
+held = sum(int((dataset.y_train[i].bincount() > 0).sum()) for i in data.client_indices)
+print(f"sample-level exposure: FLea {flea.summary['exposure_data_mean']:.3f}, FedProto 0.000")
+print(f"class-level: FedProto shared {len(pair_class)} of {held} held (client, class) pairs")
