@@ -69,9 +69,7 @@ def accepted_or_refused_in_one_sentence(args: list[str], run_dir: Path) -> None:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(args=drawn_args())
-@example(args=["logger=1"]).xfail(
-    raises=TypeError, reason="logger=1: TypeError in engine/loggers.py (issue 47 §2, open)"
-)
+@example(args=["logger=1"])  # once a TypeError in the trackers; now refused in one sentence
 def test_random_values_are_accepted_or_refused_in_one_sentence(tmp_path_factory, args):
     accepted_or_refused_in_one_sentence(args, tmp_path_factory.mktemp("run"))
 

@@ -79,7 +79,9 @@ class SampleSharing(OneShotServer):
     """Reading of "g^p" (Eq. 1; the recursion is fedshare's choice): fold_left | nested |
     sequence (binomial) | equal; MixFL also folds [target, dummies] with it unless
     `mix_order` is set."""
-    mix_ratio: float | None = ruled(None, Rule(low=0, high=1, optional=True))
+    mix_ratio: float | None = ruled(
+        None, Rule(low=0, high=1, low_open=True, high_open=True, optional=True)
+    )
     """MixFL's target-vs-dummy ratio; None: `alpha`. XorMixFL has no such mix and ignores it
     (it lives here so that one Table 3/4 preset serves both methods)."""
     binarize: bool = ruled(False, ANY)
