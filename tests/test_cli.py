@@ -198,3 +198,37 @@ def test_multirun_sweep_with_the_joblib_launcher(tmp_path):
     assert seen == {("fedavg", 0), ("fedavg", 1), ("fedprox", 0), ("fedprox", 1)}
     names = sorted(p.parent.name.split("-", 1)[1] for p in summaries)
     assert names == [f"{s}-digits-seed{seed}" for s in ("fedavg", "fedprox") for seed in (0, 1)]
+
+
+def test_a_resume_reads_the_runs_own_settings_from_its_folder(tmp_path):
+    """`run_dir=X resume=true`, as an interrupted run advises, resumes X with what its
+    config.yaml records (47 §1: 60 rounds, 12 clients, dir0.3, seed 7); the command line may
+    change what a resume may change, and a conflicting key is one sentence."""
+    from omegaconf import OmegaConf
+
+    from fedshare.config.resume import resumed_config
+
+    folder = tmp_path / "run"
+    original = ["partition=dir0.3", "clients.num=12", "rounds=60", "seed=7", "progress=false"]
+    recorded = compose_member([*original, f"run_dir={folder}"], str(config_dir()))
+    folder.mkdir()
+    OmegaConf.save(recorded, folder / "config.yaml")
+    (folder / "summary.json").write_text(json.dumps({"partition": "dir0.3"}))
+
+    def resume(*args: str):
+        typed = [f"run_dir={folder}", "resume=true", *args]
+        return resumed_config(compose_member(typed, str(config_dir())), typed, folder)
+
+    cfg, label = resume()
+    assert label == "dir0.3" and cfg.resume is True
+    assert (cfg.rounds, cfg.clients.num, cfg.seed, cfg.progress) == (60, 12, 7, False)
+    assert cfg.partition.alpha == 0.3
+    cfg, _ = resume("rounds=80", "device=cpu")
+    assert (cfg.rounds, cfg.device, cfg.clients.num) == (80, "cpu", 12)
+    cfg, _ = resume("clients.num=12", "partition=dir0.3")  # the run's own values: accepted
+    assert cfg.clients.num == 12
+    with pytest.raises(FedshareError) as err:
+        resume("clients.num=10")
+    message = str(err.value)
+    assert message.startswith(f"cannot resume {folder} with clients.num=10 (the run has 12)")
+    assert "\n" not in message

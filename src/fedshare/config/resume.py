@@ -32,9 +32,10 @@ def resumed_config(
     cfg: DictConfig, overrides: Iterable[str], folder: Path
 ) -> tuple[DictConfig, str | None]:
     """The config that resumes the run in `folder`: its recorded settings, with the keys a
-    resume may change taken from `cfg` (the command line's). Returns it and the partition's
-    label the run was started with (None when the folder does not say). A folder without a
-    `config.yaml` (a run stopped before writing one) resumes with `cfg` as it is."""
+    resume may change taken from `cfg` (the command line's) where the command line sets
+    them. Returns it and the partition's label the run was started with (None when the
+    folder does not say). A folder without a `config.yaml` (a run stopped before writing
+    one) resumes with `cfg` as it is."""
     recorded_path = folder / "config.yaml"
     if not recorded_path.is_file():
         return cfg, None
@@ -50,13 +51,12 @@ def resumed_config(
             f"start a new run"
         )
     given = plain_dict(cfg)
-    check_agreement(given, OmegaConf.to_container(recorded), overrides, folder)
+    prefixes = touched(overrides)
+    check_agreement(given, OmegaConf.to_container(recorded), prefixes, folder)
     for key, value in flatten(given).items():
-        if changeable(key) and OmegaConf.select(recorded, key, default=...) is not ...:
+        typed = any(key == p or key.startswith(f"{p}.") for p in prefixes if p)
+        if changeable(key) and (typed or key in SELF) and not unset(key, value):
             OmegaConf.update(recorded, key, value, merge=False)
-    for key in (*CHANGEABLE_ON_RESUME, *SELF):
-        if "." not in key and key in given:
-            recorded[key] = given[key]
     try:
         merged = OmegaConf.merge(OmegaConf.structured(RunConfig), recorded)
     except OmegaConfBaseException as err:
@@ -69,13 +69,13 @@ def resumed_config(
 
 
 def check_agreement(
-    given: Mapping[str, Any], recorded: Any, overrides: Iterable[str], folder: Path
+    given: Mapping[str, Any], recorded: Any, prefixes: list[str], folder: Path
 ) -> None:
-    """Refuse a command-line key (or group) that a resume may not change and that differs
-    from the recorded run."""
+    """Refuse a key the command line sets (under `prefixes`) that a resume may not change and
+    that differs from the recorded run."""
     new, old = flatten(given), flatten(recorded)
     conflicts: list[str] = []
-    for prefix in touched(overrides):
+    for prefix in prefixes:
         for key in sorted(new):
             if not (key == prefix or key.startswith(f"{prefix}.") or prefix == ""):
                 continue
