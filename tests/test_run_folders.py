@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -24,13 +25,16 @@ from test_cli import FAST, fedshare_run
 SLOW_RUN = ["progress=false", "rounds=200", "clients.num=4", "train.local_epochs=3"]
 
 
-def start(tmp_path: Path, *args: str) -> subprocess.Popen:
+def start(tmp_path: Path, *args: str, sigint: Any = signal.SIG_DFL) -> subprocess.Popen:
+    """`python -m fedshare.run ARGS`, started with SIGINT's disposition `sigint` (a background
+    job of a script inherits it ignored)."""
     return subprocess.Popen(
         [sys.executable, "-m", "fedshare.run", *args],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )
 
 
@@ -193,10 +197,12 @@ def test_lock_refuses_a_second_writer_and_sigterm_leaves_a_resumable_run(tmp_pat
     assert json.loads((out / "summary.json").read_text())["rounds_completed"] == done + 1
 
 
-def test_ctrl_c_is_named_in_the_message(tmp_path):
-    """SIGINT (Ctrl-C) stops a run with exit 130 and a message naming it (once "()")."""
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["default", "ignored"])
+def test_ctrl_c_is_named_in_the_message(tmp_path, inherited):
+    """SIGINT (Ctrl-C) stops a run with exit 130 and a message naming it (once "()"), also
+    when the process inherited SIGINT ignored (once it then ran all its rounds, exit 0)."""
     out = tmp_path / "run"
-    proc = start(tmp_path, *SLOW_RUN, f"run_dir={out}")
+    proc = start(tmp_path, *SLOW_RUN, f"run_dir={out}", sigint=inherited)
     try:
         wait_for_rounds(out / "metrics.jsonl", 1, proc)
         proc.send_signal(signal.SIGINT)

@@ -284,12 +284,15 @@ def names_run_dir(overrides: Any) -> bool:
 
 def interrupt_on_sigterm() -> None:
     """SIGTERM (a cluster's time limit) stops the run as Ctrl-C does: summary.json says
-    "interrupted" and the latest checkpoint stays for `resume=true`."""
+    "interrupted" and the latest checkpoint stays for `resume=true`. SIGINT gets Python's
+    KeyboardInterrupt handler even where the process inherited it ignored (a background job of
+    a script, a parent that set SIG_IGN), so Ctrl-C or `kill -INT` always stops the run."""
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt("SIGTERM")
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def report_sweep() -> None:
