@@ -114,13 +114,21 @@ def _show(bound: float) -> str:
 
 RULE = "rule"
 """The key of a field's `metadata` that holds its `Rule`."""
+SOURCE = "source"
+"""The key of a field's `metadata` that holds where its default comes from."""
+SOURCE_KINDS = ("paper", "code", "rule")
+"""How a default's source starts: `paper:` (a section, equation or table of the method's
+paper), `code:` (its authors' code, repository and file) or `rule:` (a documented rule, e.g.
+"off: the plain method", "FedAvg's value, so the comparison isolates the method")."""
 
 
-def ruled(default: Any = None, rule: Rule | None = None, **factory: Any) -> Any:
-    """A dataclass field with a default (or `default_factory=...`) and its value rule."""
+def ruled(default: Any = None, rule: Rule | None = None, source: str = "", **factory: Any) -> Any:
+    """A dataclass field with a default (or `default_factory=...`), its value rule and the
+    source of its default (`SOURCE_KINDS`; every strategy parameter names one)."""
+    metadata = {RULE: rule, SOURCE: source}
     if "default_factory" in factory:
-        return field(default_factory=factory["default_factory"], metadata={RULE: rule})
-    return field(default=default, metadata={RULE: rule})
+        return field(default_factory=factory["default_factory"], metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 ANY = Rule(any_value=True)

@@ -60,7 +60,13 @@ HEAD_BUDGETS = ("pooled", "epochs")
 class HeadBudget:
     """Mixin: how many passes a one-shot baseline's local head takes over its client's data."""
 
-    head_budget: str = ruled("pooled", Rule(choices=HEAD_BUDGETS))
+    head_budget: str = ruled(
+        "pooled",
+        Rule(choices=HEAD_BUDGETS),
+        source="rule: the local head takes as many steps as FedPFT's head (I x train.local_epochs "
+        "passes), so the one-shot baselines get FedPFT's budget (FedPFT App. D.1 compares "
+        "them at one training recipe)",
+    )
     """pooled: I × `train.local_epochs` passes, the optimizer steps of `train.local_epochs`
     passes over the pooled data (FedPFT's and Centralized's head) when clients hold equal
     shares | epochs: `train.local_epochs` passes (the paper's wording; underfits small clients)."""

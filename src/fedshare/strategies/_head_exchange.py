@@ -25,7 +25,12 @@ from fedshare.strategies.base import SetupContext
 class HeadExchange:
     """Mixin for strategies whose clients each send one head vector."""
 
-    to_last_client: bool = ruled(False, ANY)
+    to_last_client: bool = ruled(
+        False,
+        ANY,
+        source="rule: off, the server-mediated exchange of FedPFT §5.1's one-shot baselines; true "
+        "is Table 2's direct transfer",
+    )
     """Sources send their heads straight to the last client (Table 2's source → destination)
     instead of uploading them to a server."""
 

@@ -53,8 +53,16 @@ class ProbabilityMean(nn.Module):
 class ServerDistillation(OneShotAverage):
     """Local heads up once; the server distils its teachers into the global head."""
 
-    distill_epochs: int = ruled(50, EPOCHS)
-    student_init: str = ruled("mean", Rule(choices=STUDENT_INITS))
+    distill_epochs: int = ruled(
+        50,
+        EPOCHS,
+        source="paper: FedPFT App. D.1, distillation 50 epochs for its one-shot baselines",
+    )
+    student_init: str = ruled(
+        "mean",
+        Rule(choices=STUDENT_INITS),
+        source="paper: FedBE §4, the student starts from the clients' mean model",
+    )
 
     def check(self) -> None:
         super().check()

@@ -21,7 +21,12 @@ G = TypeVar("G", bound=nn.Module)
 class ServerGenerator(FedAvg, Generic[G]):
     """FedAvg plus a server-trained generator (`generator`, flattened by `gen_flat`)."""
 
-    generator_lr: float = ruled(3e-4, POSITIVE)
+    generator_lr: float = ruled(
+        3e-4,
+        POSITIVE,
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: MNIST ensemble_lr "
+        "3e-4)",
+    )
 
     def _generator(
         self, model: nn.Module, num_classes: int, input_shape: tuple[int, ...], seed: int

@@ -69,7 +69,12 @@ class OneShotSharing(Strategy):
     and `client_update` (training with the pool the client kept, `received_pool(client)`).
     """
 
-    metric_chunk: int = ruled(32, SIZE)
+    metric_chunk: int = ruled(
+        32,
+        SIZE,
+        source="rule: engineering only (the chunk of the privacy metric's batches); no effect on "
+        "training",
+    )
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
@@ -189,7 +194,12 @@ class MeanSharing(OneShotSharing):
     the method shares labels (`shares_labels`)."""
 
     shares_labels: ClassVar[bool] = True
-    mean_size: int = ruled(10, SIZE)
+    mean_size: int = ruled(
+        10,
+        SIZE,
+        source="code: FLea's code (XTxiatong/FLea, FedMix_pre and FedBR: means of 10 samples); "
+        "FLea App. C.3",
+    )
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

@@ -50,10 +50,27 @@ CLASSES, COUNTS, MEANS, COVARIANCES = "classes", "counts", "means", "covariances
 class CCVR(HeadCalibration):
     """FedAvg, then the head re-trained on virtual features from pooled class Gaussians."""
 
-    virtual_per_class: int = ruled(100, Rule(low=1, high=10_000))
-    calibration_epochs: int = ruled(10, EPOCHS)
-    calibration_lr: float = ruled(1e-3, POSITIVE)
-    calibration_batch_size: int = ruled(32, SIZE)
+    virtual_per_class: int = ruled(
+        100,
+        Rule(low=1, high=10_000),
+        source="rule: the paper leaves M_c open; 100 per class (fedshare's choice, docstring)",
+    )
+    calibration_epochs: int = ruled(
+        10,
+        EPOCHS,
+        source="rule: the paper leaves the re-training schedule open; 10 Adam epochs (fedshare's "
+        "choice)",
+    )
+    calibration_lr: float = ruled(
+        1e-3,
+        POSITIVE,
+        source="rule: Adam's usual 1e-3 (the paper leaves it open)",
+    )
+    calibration_batch_size: int = ruled(
+        32,
+        SIZE,
+        source="rule: the batch of FedPFT's and FLea's head re-training (32); CCVR leaves it open",
+    )
 
     def setup(self, ctx: SetupContext) -> None:
         require_body(ctx.model, "ccvr")

@@ -42,7 +42,11 @@ class Centralized(Strategy):
 
     clients_train: ClassVar[bool] = False
 
-    wire_dtype: str = ruled("float16", Rule(choices=tuple(WIRE_DTYPES)))
+    wire_dtype: str = ruled(
+        "float16",
+        Rule(choices=tuple(WIRE_DTYPES)),
+        source="rule: engineering only (bytes on the wire; uint8 images travel as they are)",
+    )
     """Precision of floating-point inputs on the wire (float16 | float32 | float64)."""
 
     def setup(self, ctx: SetupContext) -> None:

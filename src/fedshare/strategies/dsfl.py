@@ -30,8 +30,13 @@ from fedshare.strategies.fedavg import FedAvg
 class DSFL(FedAvg):
     """FedAvg on top-K sparsified updates, uploaded as mask + values."""
 
-    keep: float = ruled(0.5, PROBABILITY)
-    error_feedback: bool = ruled(False, ANY)
+    keep: float = ruled(
+        0.5,
+        PROBABILITY,
+        source="rule: FedPFT App. D.1 runs DSFL as its sparse multi-round baseline without a value "
+        "here; half the entries, the midpoint (fedshare's choice)",
+    )
+    error_feedback: bool = ruled(False, ANY, source="rule: off, the plain top-K sparsification")
 
     def client_update(self, client: Client, message: Message) -> Update:
         model = self.load_weights(client.model, message.weights)

@@ -83,10 +83,24 @@ class Ensemble(HeadBudget, HeadExchange, Strategy):  # type: ignore[override]
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
-    rule: str = ruled("max", Rule(choices=RULES))
-    head_dtype: str = ruled("float16", Rule(choices=tuple(WIRE_DTYPES)))
+    rule: str = ruled(
+        "max",
+        Rule(choices=RULES),
+        source="paper: FedPFT §5.1, the Ensemble baseline takes the highest probability across "
+        "models",
+    )
+    head_dtype: str = ruled(
+        "float16",
+        Rule(choices=tuple(WIRE_DTYPES)),
+        source="paper: FedPFT §5 counts the heads at float16, as its mixtures (wire_dtype)",
+    )
     """Precision of the uploaded heads (the paper counts 16-bit heads in Table 5)."""
-    l2_normalize: bool = ruled(False, ANY)
+    l2_normalize: bool = ruled(
+        False,
+        ANY,
+        source="rule: off, the features as the extractor gives them (FedPFT normalises only for "
+        "DP)",
+    )
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

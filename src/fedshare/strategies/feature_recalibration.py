@@ -41,10 +41,26 @@ FEATURES, LABELS = "features", "labels"
 class FeatureRecalibration(HeadCalibration):
     """FedAvg, then the server re-fits the classifier on uploaded features (module docstring)."""
 
-    share_fraction: float = ruled(0.1, PROBABILITY)
-    calibration_epochs: int = ruled(20, EPOCHS)
-    calibration_lr: float = ruled(1e-4, POSITIVE)
-    calibration_batch_size: int = ruled(32, SIZE)
+    share_fraction: float = ruled(
+        0.1,
+        PROBABILITY,
+        source="paper: FLea App. C.3, 'the same amount of features as FLea' (its α = 0.1)",
+    )
+    calibration_epochs: int = ruled(
+        20,
+        EPOCHS,
+        source="code: FLea's code (XTxiatong/FLea, run_FedCCVR.sh: 20 epochs)",
+    )
+    calibration_lr: float = ruled(
+        1e-4,
+        POSITIVE,
+        source="code: FLea's code (XTxiatong/FLea, run_FedCCVR.sh: Adam lr 1e-4)",
+    )
+    calibration_batch_size: int = ruled(
+        32,
+        SIZE,
+        source="code: FLea's code (XTxiatong/FLea, run_FedCCVR.sh: batch 32)",
+    )
 
     def setup(self, ctx: SetupContext) -> None:
         require_body(ctx.model, "feature_recalibration")

@@ -26,7 +26,11 @@ from fedshare.strategies.fedavg import FedAvg
 class FedAvgFT(FedAvg):
     """FedAvg whose aggregated model's head is fine-tuned on the server's labelled data."""
 
-    head_epochs: int = ruled(5, EPOCHS)
+    head_epochs: int = ruled(
+        5,
+        EPOCHS,
+        source="code: ReBaFL's code (FedAvg-FT re-trains the head 5 epochs a round; ReBaFL Fig. 1)",
+    )
     """Epochs of head re-training per round (0: plain FedAvg)."""
 
     def setup(self, ctx: SetupContext) -> None:

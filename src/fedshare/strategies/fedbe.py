@@ -75,13 +75,30 @@ def dirichlet_heads(
 class FedBE(ServerDistillation):
     """Clients' heads + mean + Gaussian/Dirichlet samples, mean softmax distilled with SWA."""
 
-    samples: int = ruled(15, Rule(low=0, high=10_000))
-    posterior: str = ruled("both", Rule(choices=POSTERIORS))
-    dirichlet_alpha: float = ruled(1.0, POSITIVE)
-    swa: bool = ruled(True, ANY)
-    swa_start: float = ruled(0.3, Rule(low=0, high=1, high_open=True))
+    samples: int = ruled(
+        15,
+        Rule(low=0, high=10_000),
+        source="paper: FedPFT App. D.1, FedBE with 15 models sampled",
+    )
+    posterior: str = ruled(
+        "both",
+        Rule(choices=POSTERIORS),
+        source="paper: FedBE §4 samples both the Gaussian and the Dirichlet posterior",
+    )
+    dirichlet_alpha: float = ruled(
+        1.0,
+        POSITIVE,
+        source="paper: FedBE §4, Dirichlet combinations with α = 1 (uniform over the simplex)",
+    )
+    swa: bool = ruled(True, ANY, source="paper: FedBE §4, the student is trained with SWA")
+    swa_start: float = ruled(
+        0.3,
+        Rule(low=0, high=1, high_open=True),
+        source="rule: FedBE's code starts SWA at a fixed step of its own schedule; 0.3 of the "
+        "distillation steps (fedshare's choice)",
+    )
     """Fraction of the distillation steps before the first averaged iterate."""
-    swa_every: int = ruled(25, COUNT)
+    swa_every: int = ruled(25, COUNT, source="code: FedBE's code (hongyouc/FedBE, swa_freq 25)")
 
     def sample_counts(self) -> tuple[int, int]:
         """(Gaussian, Dirichlet) sample counts for `posterior`."""

@@ -71,16 +71,44 @@ class FedBR(MeanSharing):
     """Label-free shared means; min–max local training with a per-client discriminator."""
 
     shares_labels = False
-    sharers: int = ruled(10, SIZE)
-    pool_items: int = ruled(32, SIZE)
-    mu: float = ruled(0.5, NON_NEGATIVE)
-    lam: float = ruled(0.8, NON_NEGATIVE)
-    gamma: float = ruled(1.0, NON_NEGATIVE)
-    tau1: float = ruled(2.0, POSITIVE)
-    tau2: float = ruled(2.0, POSITIVE)
-    mix_local: bool = ruled(True, ANY)
-    disc_hidden: int = ruled(256, WIDTH)
-    disc_dim: int = ruled(512, WIDTH)
+    sharers: int = ruled(
+        10,
+        SIZE,
+        source="code: FLea's code (XTxiatong/FLea, 10 clients upload FedBR's means)",
+    )
+    pool_items: int = ruled(
+        32,
+        SIZE,
+        source="paper: FLea App. C.3, FedBR with 32 mini-batch data averages",
+    )
+    mu: float = ruled(0.5, NON_NEGATIVE, source="code: FLea's code (XTxiatong/FLea, FedBR μ = 0.5)")
+    lam: float = ruled(
+        0.8,
+        NON_NEGATIVE,
+        source="code: FLea's code (XTxiatong/FLea, FedBR λ = 0.8)",
+    )
+    gamma: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="code: FLea's code (XTxiatong/FLea, FedBR γ = 1)",
+    )
+    tau1: float = ruled(2.0, POSITIVE, source="code: FLea's code (XTxiatong/FLea, FedBR τ1 = 2)")
+    tau2: float = ruled(2.0, POSITIVE, source="code: FLea's code (XTxiatong/FLea, FedBR τ2 = 2)")
+    mix_local: bool = ruled(
+        True,
+        ANY,
+        source="code: FLea's code (XTxiatong/FLea, FedBR mixes each mean with a local sample)",
+    )
+    disc_hidden: int = ruled(
+        256,
+        WIDTH,
+        source="code: FLea's code (XTxiatong/FLea, FedBR's discriminator MLP 1280-256-256-512)",
+    )
+    disc_dim: int = ruled(
+        512,
+        WIDTH,
+        source="code: FLea's code (XTxiatong/FLea, FedBR's discriminator MLP 1280-256-256-512)",
+    )
 
     # ------------------------------------------------------------------ round 0: the pool
     def phases(self) -> list[Phase]:

@@ -29,9 +29,22 @@ from fedshare.strategies.base import Message, SetupContext, Update, register_str
 class FedData(OneShotSharing):
     """Raw-data sharing: the α-subsets of all clients are added to every client's data."""
 
-    share_fraction: float = ruled(0.1, FRACTION)
-    share_with_replacement: bool = ruled(False, ANY)
-    share_min_samples: int = ruled(0, replace(SIZE, low=0))
+    share_fraction: float = ruled(
+        0.1,
+        FRACTION,
+        source="paper: FLea App. C.3, FedData shares the same α = 10 % as FLea",
+    )
+    share_with_replacement: bool = ruled(
+        False,
+        ANY,
+        source="rule: without replacement, the paper's subset (FLea's code draws with replacement: "
+        "true)",
+    )
+    share_min_samples: int = ruled(
+        0,
+        replace(SIZE, low=0),
+        source="rule: every client shares (no minimum); FLea's own 10-sample floor is FLea's",
+    )
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

@@ -27,7 +27,12 @@ from fedshare.strategies.fedavg import FedAvg
 class FedDecorr(FedAvg):
     """CE + β·L_decorr(penultimate features); FedAvg aggregation."""
 
-    beta: float = ruled(0.1, NON_NEGATIVE)
+    beta: float = ruled(
+        0.1,
+        NON_NEGATIVE,
+        source="code: FLea's code (XTxiatong/FLea adds 0.1 x the penalty); FedDecorr (Shi et al., "
+        "ICLR 2023) suggests 0.1",
+    )
 
     def client_setup(self, ctx: ClientSetup) -> None:
         super().client_setup(ctx)

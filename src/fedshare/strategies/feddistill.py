@@ -42,9 +42,13 @@ from fedshare.strategies.fedproto import prototype_message
 class FedDistill(PersonalStrategy):
     """Personal models; per-label average logits up, global per-label logits down."""
 
-    lam: float = ruled(1.0, NON_NEGATIVE)
+    lam: float = ruled(1.0, NON_NEGATIVE, source="code: HtFLlib (TsingZ0/HtFLlib) FD default λ = 1")
     """The distillation term's weight (0: local training)."""
-    temperature: float = ruled(1.0, POSITIVE)
+    temperature: float = ruled(
+        1.0,
+        POSITIVE,
+        source="rule: plain softmax (τ = 1), as HtFLlib's FD, which has no temperature",
+    )
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

@@ -47,8 +47,17 @@ MEANS = ("samples", "plain")
 class FedDyn(ParamVectorStrategy):
     """FedDyn with the dynamic regulariser of weight `alpha` (> 0)."""
 
-    alpha: float = ruled(1e-2, POSITIVE)
-    mean: str = ruled("samples", Rule(choices=MEANS))
+    alpha: float = ruled(
+        1e-2,
+        POSITIVE,
+        source="code: FedDyn's code (alpemreacar/FedDyn, example_cifar_10.py: alpha_coef = 1e-2)",
+    )
+    mean: str = ruled(
+        "samples",
+        Rule(choices=MEANS),
+        source="rule: n_k-weighted, FedAvg's mean, so FedDyn differs from FedAvg by its "
+        "regulariser only (the paper's plain 1/|S| is mean=plain)",
+    )
     """samples: the cohort's models weighted by n_k (FedAvg's); plain: (1/|S|)·Σ (the paper)."""
 
     def setup(self, ctx: SetupContext) -> None:

@@ -97,12 +97,40 @@ def head_prefix(model: nn.Module) -> str:
 class FedGen(ServerGenerator[LatentGenerator]):
     """FedAvg plus a latent generator trained on the clients' heads (module docstring)."""
 
-    noise_dim: int = ruled(32, WIDTH)
-    hidden: int = ruled(256, WIDTH)
-    generator_steps: int = ruled(50, STEPS)
-    generator_batch: int = ruled(32, SIZE)
-    diversity_weight: float = ruled(1.0, NON_NEGATIVE)
-    gen_weight: float = ruled(1.0, NON_NEGATIVE)
+    noise_dim: int = ruled(
+        32,
+        WIDTH,
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: the MNIST "
+        "generator's noise_dim 32)",
+    )
+    hidden: int = ruled(
+        256,
+        WIDTH,
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: the MNIST "
+        "generator's hidden width 256)",
+    )
+    generator_steps: int = ruled(
+        50,
+        STEPS,
+        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py: ensemble_epochs = 50 "
+        "generator steps a round)",
+    )
+    generator_batch: int = ruled(
+        32,
+        SIZE,
+        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py draws the run's batch "
+        "size of labels, main.py's 32)",
+    )
+    diversity_weight: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: ensemble_eta = 1)",
+    )
+    gen_weight: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="paper: FedGen Eq. 5, the generated term at unit weight",
+    )
 
     def _generator(
         self, model: nn.Module, num_classes: int, shape: tuple[int, ...], seed: int

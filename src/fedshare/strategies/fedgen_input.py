@@ -93,13 +93,45 @@ class Generator(nn.Module):
 class FedGenInput(ServerGenerator[Generator]):
     """FedAvg, then a server-trained conditional generator whose samples join local training."""
 
-    warmup_rounds: int = ruled(30, NON_NEGATIVE)
-    noise_dim: int = ruled(32, WIDTH)
-    width: int = ruled(32, WIDTH)
-    generator_steps: int = ruled(50, STEPS)
-    generator_batch: int = ruled(32, SIZE)
-    diversity_weight: float = ruled(1.0, NON_NEGATIVE)
-    gen_weight: float = ruled(1.0, NON_NEGATIVE)
+    warmup_rounds: int = ruled(
+        30,
+        NON_NEGATIVE,
+        source="paper: FLea App. C.3, plain FedAvg for the first 30 rounds before the generator",
+    )
+    noise_dim: int = ruled(
+        32,
+        WIDTH,
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: noise_dim 32)",
+    )
+    width: int = ruled(
+        32,
+        WIDTH,
+        source="rule: FLea App. C.3 gives four ConvTranspose2d layers without widths; 32 channels "
+        "last (fedshare's choice)",
+    )
+    generator_steps: int = ruled(
+        50,
+        STEPS,
+        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py: 50 generator steps a "
+        "round); FLea App. C.3 names no value",
+    )
+    generator_batch: int = ruled(
+        32,
+        SIZE,
+        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py: the run's batch size, "
+        "main.py's 32)",
+    )
+    diversity_weight: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: ensemble_eta = 1); "
+        "FLea App. C.3 names no value",
+    )
+    gen_weight: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="paper: FedGen Eq. 5, the generated term at unit weight",
+    )
 
     def _generator(
         self, model: nn.Module, num_classes: int, input_shape: tuple[int, ...], seed: int

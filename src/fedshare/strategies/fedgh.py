@@ -46,9 +46,21 @@ from fedshare.strategies.lg_fedavg import head_weights, load_head
 class FedGH(PersonalStrategy):
     """Personal extractors; prototypes up, a header trained on them by the server down."""
 
-    server_epochs: int = ruled(1, SERVER_EPOCHS)
-    server_lr: float = ruled(0.01, LEARNING_RATE)
-    server_batch_size: int = ruled(10, SIZE)
+    server_epochs: int = ruled(
+        1,
+        SERVER_EPOCHS,
+        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -se 1",
+    )
+    server_lr: float = ruled(
+        0.01,
+        LEARNING_RATE,
+        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -slr 0.01",
+    )
+    server_batch_size: int = ruled(
+        10,
+        SIZE,
+        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -lbs 10",
+    )
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

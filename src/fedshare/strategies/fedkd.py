@@ -95,8 +95,16 @@ class MentorMentee(Pair):
 class FedKD(SharedModelStrategy):
     """Local mentors, a shared mentee exchanged SVD-compressed; adaptive mutual distillation."""
 
-    energy_start: float = ruled(0.95, PROBABILITY)
-    energy_end: float = ruled(0.98, PROBABILITY)
+    energy_start: float = ruled(
+        0.95,
+        PROBABILITY,
+        source="paper: FedKD (Wu et al., Nat. Commun. 2022), T_start = 0.95",
+    )
+    energy_end: float = ruled(
+        0.98,
+        PROBABILITY,
+        source="paper: FedKD (Wu et al., Nat. Commun. 2022), T_end = 0.98",
+    )
 
     def energy(self, round_idx: int) -> float:
         return energy_schedule(self.energy_start, self.energy_end, round_idx, self.config.rounds)

@@ -31,7 +31,12 @@ def majority_vote(votes: torch.Tensor, num_classes: int) -> torch.Tensor:
 class FedKT(ServerDistillation):
     """Majority vote of the clients' heads on server inputs, learnt as hard labels."""
 
-    student_init: str = ruled("fresh", Rule(choices=STUDENT_INITS))
+    student_init: str = ruled(
+        "fresh",
+        Rule(choices=STUDENT_INITS),
+        source="paper: FedKT (Li et al., VLDB 2021), the student is trained from scratch on the "
+        "voted labels",
+    )
 
     def teachers(self, heads: list[tuple[torch.Tensor, float]]) -> list[nn.Module]:
         return self.client_heads(heads)

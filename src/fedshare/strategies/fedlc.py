@@ -21,8 +21,12 @@ from fedshare.strategies.base import register_strategy
 class FedLC(CalibratedFedAvg):
     """Local loss CE(z − τ·n^{−1/4}, y); server: sample-weighted FedAvg."""
 
-    tau: float = ruled(1.0, NON_NEGATIVE)
-    missing_count: float = ruled(1e-9, Rule(low=0, low_open=True, high=1e6))
+    tau: float = ruled(1.0, NON_NEGATIVE, source="code: ReBaFL's code and FLea's scripts (τ = 1)")
+    missing_count: float = ruled(
+        1e-9,
+        Rule(low=0, low_open=True, high=1e6),
+        source="code: ReBaFL's code (absent classes count 1e-9)",
+    )
 
     def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         return logits + logit_adjustment(counts, self.tau, self.missing_count)

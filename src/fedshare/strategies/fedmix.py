@@ -88,11 +88,32 @@ def fedmix_loss(
 class FedMix(MeanSharing):
     """Mix-up of local inputs with globally shared mini-batch means (inputs and labels)."""
 
-    form: str = ruled("fedmix", Rule(choices=FORMS))
-    beta_a: float = ruled(2.0, POSITIVE)
-    beta_per_sample: bool = ruled(False, ANY)
-    local_ce_weight: float = ruled(0.0, NON_NEGATIVE)
-    mix_lambda: float = ruled(0.05, Rule(low=0, high=1, high_open=True))
+    form: str = ruled(
+        "fedmix",
+        Rule(choices=FORMS),
+        source="paper: FedMix (Yoon et al., ICLR 2021) §3, the first-order FedMix loss",
+    )
+    beta_a: float = ruled(
+        2.0,
+        POSITIVE,
+        source="code: FLea's code (XTxiatong/FLea, λ ~ Beta(2, 2)); used by form=code only",
+    )
+    beta_per_sample: bool = ruled(
+        False,
+        ANY,
+        source="code: FLea's code (XTxiatong/FLea, one λ per batch); used by form=code only",
+    )
+    local_ce_weight: float = ruled(
+        0.0,
+        NON_NEGATIVE,
+        source="code: FLea's code (XTxiatong/FLea, CE_MCE back-propagates the mixed term only); "
+        "used by form=code only",
+    )
+    mix_lambda: float = ruled(
+        0.05,
+        Rule(low=0, high=1, high_open=True),
+        source="paper: FedMix (Yoon et al., ICLR 2021), λ = 0.05 on CIFAR-10",
+    )
     """λ of `naivemix` / `fedmix` (FedMix's CIFAR-10 values: 0.1 NaiveMix, 0.05 FedMix)."""
 
     def setup(self, ctx: SetupContext) -> None:

@@ -26,8 +26,18 @@ from fedshare.strategies.fedavg import FedAvg
 class FedNTD(FedAvg):
     """CE + β·not-true distillation from the frozen global model; FedAvg aggregation."""
 
-    beta: float = ruled(1.0, NON_NEGATIVE)
-    tau: float = ruled(1.0, POSITIVE)
+    beta: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="paper: FedNTD (Lee et al., NeurIPS 2022), β = 1; FLea App. C.3 keeps the original "
+        "defaults",
+    )
+    tau: float = ruled(
+        1.0,
+        POSITIVE,
+        source="paper: FedNTD (Lee et al., NeurIPS 2022), τ = 1; FLea App. C.3 keeps the original "
+        "defaults",
+    )
 
     def client_setup(self, ctx: ClientSetup) -> None:
         """A scratch copy of the model holds the frozen global model of each round."""

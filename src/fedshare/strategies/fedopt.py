@@ -81,6 +81,7 @@ class _ServerOptimizer(FedAvg):
         for name in self.state_names:
             setattr(self, name, state[name].to(getattr(self, name).device))
 
+
 DECAY = Rule(low=0, high=1, high_open=True)
 """A decay or momentum factor: [0, 1)."""
 
@@ -91,10 +92,26 @@ class _FedOpt(_ServerOptimizer):
 
     state_names: ClassVar[tuple[str, ...]] = ("m", "v")
 
-    eta: float = ruled(0.01, POSITIVE)
-    beta1: float = ruled(0.9, DECAY)
-    tau: float = ruled(1e-3, NON_NEGATIVE)
-    v0: float = ruled(1e-6, NON_NEGATIVE)
+    eta: float = ruled(
+        0.01,
+        POSITIVE,
+        source="paper: FedPFT App. 'FedYogi' (Beitollahi et al. 2024), server lr 0.01",
+    )
+    beta1: float = ruled(
+        0.9,
+        DECAY,
+        source="paper: FedPFT App. 'FedYogi' (Beitollahi et al. 2024), β1 = 0.9",
+    )
+    tau: float = ruled(
+        1e-3,
+        NON_NEGATIVE,
+        source="paper: FedPFT App. 'FedYogi' (Beitollahi et al. 2024), τ = 0.001",
+    )
+    v0: float = ruled(
+        1e-6,
+        NON_NEGATIVE,
+        source="paper: FedPFT App. 'FedYogi' (Beitollahi et al. 2024), v initialised to 1e-6",
+    )
 
     def init_state(self, size: int, device: torch.device) -> None:
         self.m = torch.zeros(size, device=device)
@@ -113,7 +130,11 @@ class _FedOpt(_ServerOptimizer):
 class _FedOptDecay(_FedOpt):
     """Alg. 2's members with a second-moment decay β2 (FedAdam, FedYogi)."""
 
-    beta2: float = ruled(0.99, DECAY)
+    beta2: float = ruled(
+        0.99,
+        DECAY,
+        source="paper: FedPFT App. 'FedYogi' (Beitollahi et al. 2024), β2 = 0.99",
+    )
 
 
 @register_strategy("fedadagrad")
@@ -151,8 +172,16 @@ class FedAvgM(_ServerOptimizer):
 
     state_names: ClassVar[tuple[str, ...]] = ("velocity",)
 
-    server_lr: float = ruled(1.0, POSITIVE)
-    momentum: float = ruled(0.9, DECAY)
+    server_lr: float = ruled(
+        1.0,
+        POSITIVE,
+        source="paper: FedAvgM (Hsu et al. 2019) §3, server step η = 1 (β = 0 is then FedAvg)",
+    )
+    momentum: float = ruled(
+        0.9,
+        DECAY,
+        source="rule: Hsu et al. 2019 sweep β; 0.9, the usual SGD momentum",
+    )
 
     def init_state(self, size: int, device: torch.device) -> None:
         self.velocity = torch.zeros(size, device=device)

@@ -110,37 +110,97 @@ class FedPFT(Strategy):
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
-    n_components: int = ruled(10, COMPONENTS)
-    covariance: str = ruled("diag", Rule(choices=COVARIANCE_TYPES))
+    n_components: int = ruled(10, COMPONENTS, source="paper: FedPFT §5, Table 2's K = 10")
+    covariance: str = ruled(
+        "diag",
+        Rule(choices=COVARIANCE_TYPES),
+        source="paper: FedPFT §5 (Table 2's 𝒢_diag), diagonal covariances",
+    )
     """full | diag | spherical (the families of Eq. 2)."""
     client_components: list[int] | None = ruled(
-        None, replace(COMPONENTS, numbers=True, optional=True)
+        None,
+        replace(COMPONENTS, numbers=True, optional=True),
+        source="rule: every client uses n_components (per-client K only for FedPFT's "
+        "heterogeneous-K check)",
     )
     """Per-client K (client k uses entry k mod length); None: every client uses n_components."""
-    small_class_policy: str = ruled("drop", Rule(choices=SMALL_CLASS_POLICIES))
-    reg_covar: float = ruled(1e-6, NON_NEGATIVE)
-    tol: float = ruled(1e-3, NON_NEGATIVE)
-    max_iter: int = ruled(100, replace(STEPS, low=1))
-    synthetic_multiplier: float = ruled(1.0, Rule(low=0, low_open=True, high=1_000))
+    small_class_policy: str = ruled(
+        "drop",
+        Rule(choices=SMALL_CLASS_POLICIES),
+        source="code: FedPFT's code drops classes with n_{i,c} <= K",
+    )
+    reg_covar: float = ruled(
+        1e-6,
+        NON_NEGATIVE,
+        source="code: scikit-learn GaussianMixture's reg_covar 1e-6, which FedPFT's code fits with",
+    )
+    tol: float = ruled(
+        1e-3,
+        NON_NEGATIVE,
+        source="rule: see max_iter (FedPFT's code: 1e-12); 1e-3, scikit-learn GaussianMixture's "
+        "default",
+    )
+    max_iter: int = ruled(
+        100,
+        replace(STEPS, low=1),
+        source="rule: FedPFT's code runs EM 1,000-10,000 iterations to a 1e-12 tolerance; 100 with "
+        "tol 1e-3 bounds CPU time (fedshare's choice)",
+    )
+    synthetic_multiplier: float = ruled(
+        1.0,
+        Rule(low=0, low_open=True, high=1_000),
+        source="paper: FedPFT §4.1, the server draws as many samples as the client's class holds",
+    )
     """Synthetic samples per mixture = round(n_{i,c} · multiplier), at least 1."""
-    wire_dtype: str = ruled("float16", Rule(choices=tuple(WIRE_DTYPES)))
+    wire_dtype: str = ruled(
+        "float16",
+        Rule(choices=tuple(WIRE_DTYPES)),
+        source="paper: FedPFT §5 counts the mixtures' parameters at float16",
+    )
     """float16 (the paper) | float32 | float64: precision of the uploaded parameters."""
-    l2_normalize: bool = ruled(False, ANY)
+    l2_normalize: bool = ruled(
+        False,
+        ANY,
+        source="paper: FedPFT §4.1 uses the features as extracted (normalised only under DP, §4.3)",
+    )
     """L2-normalise the features (train and test); always on with dp."""
-    dp: bool = ruled(False, ANY)
-    dp_epsilon: float = ruled(1.0, POSITIVE)
+    dp: bool = ruled(
+        False,
+        ANY,
+        source="paper: FedPFT §4.1, plain FedPFT has no DP (strategy=dp_fedpft is §4.3)",
+    )
+    dp_epsilon: float = ruled(1.0, POSITIVE, source="paper: FedPFT §5.3, ε = 1")
     dp_delta: float | None = ruled(
-        None, Rule(low=0, high=1, low_open=True, high_open=True, optional=True)
+        None,
+        Rule(low=0, high=1, low_open=True, high_open=True, optional=True),
+        source="paper: FedPFT §5.3, δ = 1/n_{i,c}",
     )
     """None: 1/n_{i,c} (the paper's setting)."""
-    dp_log_term: str = ruled("4/delta", Rule(choices=LOG_TERMS))
+    dp_log_term: str = ruled(
+        "4/delta",
+        Rule(choices=LOG_TERMS),
+        source="paper: FedPFT Theorem 4.1, log(4/δ)",
+    )
     """Theorem 4.1's ln(4/δ) or the proof's ln(2/δ) (Appendix B)."""
-    dp_calibration: str = ruled("paper", Rule(choices=CALIBRATIONS))
+    dp_calibration: str = ruled(
+        "paper",
+        Rule(choices=CALIBRATIONS),
+        source="paper: FedPFT Theorem 4.1's σ",
+    )
     """paper (Theorem 4.1's σ) | analytic (Balle & Wang's analytic Gaussian mechanism)."""
-    dp_reduction: str = ruled("raw", Rule(choices=REDUCTIONS))
+    dp_reduction: str = ruled(
+        "raw",
+        Rule(choices=REDUCTIONS),
+        source="rule: the raw read of the private covariance (post-processing, the same guarantee "
+        "as Theorem 4.1)",
+    )
     """raw (unprojected noisy Σ: unbiased, the default) | projected: how diag and
     spherical read the private covariance (full is always projected)."""
-    dp_check: bool = ruled(True, ANY)
+    dp_check: bool = ruled(
+        True,
+        ANY,
+        source="rule: on, a run stops where the paper's σ fails the exact (ε, δ) condition",
+    )
     """Stop when the paper's σ fails the exact (ε, δ) condition (False: the paper's behaviour)."""
 
     # ------------------------------------------------------------------ setup
@@ -331,6 +391,14 @@ class FedPFT(Strategy):
 class DPFedPFT(FedPFT):
     """DP-FedPFT (Section 4.3): one spherical Gaussian per (client, class), (ε = 1, δ = 1/n)-DP."""
 
-    n_components: int = ruled(1, COMPONENTS)
-    covariance: str = ruled("spherical", Rule(choices=COVARIANCE_TYPES))
-    dp: bool = ruled(True, ANY)
+    n_components: int = ruled(
+        1,
+        COMPONENTS,
+        source="paper: FedPFT §4.3, DP-FedPFT is defined for K = 1",
+    )
+    covariance: str = ruled(
+        "spherical",
+        Rule(choices=COVARIANCE_TYPES),
+        source="paper: FedPFT §4.3, DP-FedPFT releases one spherical Gaussian",
+    )
+    dp: bool = ruled(True, ANY, source="paper: FedPFT §4.3 (DP-FedPFT)")

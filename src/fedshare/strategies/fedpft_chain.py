@@ -55,8 +55,16 @@ class FedPFTChain(FedPFT):
 
     clients_in_order = True
 
-    forward_missing: bool = ruled(True, ANY)
-    report_local: bool = ruled(False, ANY)
+    forward_missing: bool = ruled(
+        True,
+        ANY,
+        source="paper: FedPFT §4.2, each client passes the received mixtures on along the chain",
+    )
+    report_local: bool = ruled(
+        False,
+        ANY,
+        source="rule: off, an extra diagnostic (each client's local-only head)",
+    )
 
     def check(self) -> None:
         if self.dp:

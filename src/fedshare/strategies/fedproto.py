@@ -69,7 +69,11 @@ def prototype_accuracy(
 class FedProto(PersonalStrategy):
     """Personal models; class prototypes up, count-weighted global prototypes down."""
 
-    lam: float = ruled(1.0, NON_NEGATIVE)
+    lam: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="code: HtFLlib (TsingZ0/HtFLlib) FedProto default λ = 1",
+    )
     """λ, the prototype term's weight (0: local training)."""
 
     def setup(self, ctx: SetupContext) -> None:

@@ -20,7 +20,11 @@ from fedshare.strategies.base import register_strategy
 class FedRS(CalibratedFedAvg):
     """Local loss CE(z ⊙ s, y) with s_c = 1 for local classes and α otherwise; FedAvg server."""
 
-    alpha: float = ruled(0.5, FRACTION)
+    alpha: float = ruled(
+        0.5,
+        FRACTION,
+        source="paper: FedRS (Li & Zhan, KDD 2021), α = 0.5; ReBaFL's code uses the same",
+    )
 
     def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         return restricted_logits(logits, counts > 0, self.alpha)

@@ -62,11 +62,31 @@ class TrainableGlobalPrototypes(nn.Module):
 class FedTGP(FedProto):
     """FedProto's clients; trainable global prototypes with an adaptive margin on the server."""
 
-    lam: float = ruled(10.0, NON_NEGATIVE)
-    margin_threshold: float = ruled(100.0, NON_NEGATIVE)
-    server_epochs: int = ruled(100, SERVER_EPOCHS)
-    server_lr: float = ruled(0.01, LEARNING_RATE)
-    server_batch_size: int = ruled(10, SIZE)
+    lam: float = ruled(
+        10.0,
+        NON_NEGATIVE,
+        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -lam 10",
+    )
+    margin_threshold: float = ruled(
+        100.0,
+        NON_NEGATIVE,
+        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -mart 100",
+    )
+    server_epochs: int = ruled(
+        100,
+        SERVER_EPOCHS,
+        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -se 100",
+    )
+    server_lr: float = ruled(
+        0.01,
+        LEARNING_RATE,
+        source="code: HtFLlib (TsingZ0/HtFLlib) servertgp, the clients' learning rate 0.01",
+    )
+    server_batch_size: int = ruled(
+        10,
+        SIZE,
+        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -lbs 10",
+    )
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

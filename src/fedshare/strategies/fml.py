@@ -44,8 +44,8 @@ def mutual_loss(
 class FML(SharedModelStrategy):
     """Private models and a shared meme model trained by mutual learning; the meme averaged."""
 
-    alpha: float = ruled(0.5, FRACTION)
-    beta: float = ruled(0.5, FRACTION)
+    alpha: float = ruled(0.5, FRACTION, source="paper: FML (Shen et al. 2020), α = 0.5")
+    beta: float = ruled(0.5, FRACTION, source="paper: FML (Shen et al. 2020), β = 0.5")
 
     def client_update(self, client: Client, message: Message) -> Update:
         pair = self.pair(client, sent_weights(message))

@@ -71,10 +71,25 @@ class KnowledgeDistillation(HeadBudget, Strategy):
     temperatures: list[float] = ruled(
         rule=replace(POSITIVE, numbers=True, nonempty=True),
         default_factory=lambda: [1.0, 5.0, 10.0],
+        source="paper: FedPFT App. D.1, KD temperatures {1, 5, 10}, the best kept",
     )
-    val_fraction: float = ruled(0.2, Rule(low=0, high=1, low_open=True, high_open=True))
-    head_dtype: str = ruled("float16", Rule(choices=tuple(WIRE_DTYPES)))
-    l2_normalize: bool = ruled(False, ANY)
+    val_fraction: float = ruled(
+        0.2,
+        Rule(low=0, high=1, low_open=True, high_open=True),
+        source="rule: the temperature is chosen on a held-out 20 % of the destination's training "
+        "data, never on the test set (FedPFT chose on test)",
+    )
+    head_dtype: str = ruled(
+        "float16",
+        Rule(choices=tuple(WIRE_DTYPES)),
+        source="paper: FedPFT §5 counts the heads at float16, as its mixtures (wire_dtype)",
+    )
+    l2_normalize: bool = ruled(
+        False,
+        ANY,
+        source="rule: off, the features as the extractor gives them (FedPFT normalises only for "
+        "DP)",
+    )
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

@@ -85,9 +85,19 @@ def contrastive_loss(
 class MOON(FedAvg):
     """CE + μ·ℓ_con against the global (positive) and previous local (negative) model."""
 
-    mu: float = ruled(1.0, NON_NEGATIVE)
-    tau: float = ruled(0.5, POSITIVE)
-    projection_dim: int = ruled(0, replace(WIDTH, low=0))
+    mu: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="paper: MOON (Li, He & Song, CVPR 2021) §4, μ = 1 (its CIFAR-100 value; 5 on "
+        "CIFAR-10); ReBaFL's baseline uses 1",
+    )
+    tau: float = ruled(0.5, POSITIVE, source="paper: MOON (Li, He & Song, CVPR 2021) §4, τ = 0.5")
+    projection_dim: int = ruled(
+        0,
+        replace(WIDTH, low=0),
+        source="rule: 0, the model's own penultimate features (MOON's projection head is optional "
+        "in FedAA's and ReBaFL's use)",
+    )
 
     def _net(self, model: nn.Module, device: torch.device, seed: int) -> MoonNet:
         """`model` with the projection head (if any, initialised from the run's `seed`, so the

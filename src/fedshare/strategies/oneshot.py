@@ -37,7 +37,12 @@ class OneShotServer(Strategy):
     """The server's central training of XorMixFL's Table 2 (its preset; the paper gives no
     model nor optimizer)."""
 
-    server_epochs: int | None = ruled(None, replace(EPOCHS, optional=True))
+    server_epochs: int | None = ruled(
+        None,
+        replace(EPOCHS, optional=True),
+        source="rule: null, the dataset's train.local_epochs (one recipe for the server's "
+        "training)",
+    )
     """Epochs of the server's central training (None: `train.local_epochs`, as Vanilla FL's;
     0 shares and measures without training)."""
 

@@ -49,9 +49,22 @@ class OneShotAverage(HeadBudget, HeadExchange, Strategy):  # type: ignore[overri
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
-    head_dtype: str = ruled("float16", Rule(choices=tuple(WIRE_DTYPES)))
-    l2_normalize: bool = ruled(False, ANY)
-    weighting: str = ruled("samples", Rule(choices=WEIGHTINGS))
+    head_dtype: str = ruled(
+        "float16",
+        Rule(choices=tuple(WIRE_DTYPES)),
+        source="paper: FedPFT §5 counts the heads at float16, as its mixtures (wire_dtype)",
+    )
+    l2_normalize: bool = ruled(
+        False,
+        ANY,
+        source="rule: off, the features as the extractor gives them (FedPFT normalises only for "
+        "DP)",
+    )
+    weighting: str = ruled(
+        "samples",
+        Rule(choices=WEIGHTINGS),
+        source="rule: n_i-weighted, FedAvg's mean",
+    )
     """samples (n_i-weighted, the default) | uniform (every client 1/I)."""
 
     def setup(self, ctx: SetupContext) -> None:

@@ -64,13 +64,29 @@ def head_input_width(model: nn.Module, strategy: str) -> int:
 class ReBaFL(Strategy):
     """R-BSM local training + prototype-based classifier augmentation (Section 4)."""
 
-    eps: float = ruled(0.01, FRACTION)
-    mu: float = ruled(0.1, NON_NEGATIVE)
-    lam: float = ruled(1.0, NON_NEGATIVE)
-    refresh_own_prototypes: bool = ruled(True, ANY)
-    prototype_memory: str = ruled("none", Rule(choices=MEMORY))
-    min_classes_for_aug: int = ruled(2, NON_NEGATIVE)
-    client_eps: dict[str, float] | None = ruled(None, ANY)
+    eps: float = ruled(0.01, FRACTION, source="paper: ReBaFL §5.1, ε = 0.01")
+    mu: float = ruled(0.1, NON_NEGATIVE, source="paper: ReBaFL §5.1, μ = 0.1")
+    lam: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="paper: ReBaFL §4.3, h̃ = P_t + (h − P_y), unit scale",
+    )
+    refresh_own_prototypes: bool = ruled(True, ANY, source="paper: ReBaFL §4.3, Eq. 18")
+    prototype_memory: str = ruled(
+        "none",
+        Rule(choices=MEMORY),
+        source="paper: ReBaFL §4.3 keeps no memory of past prototypes (the code neither)",
+    )
+    min_classes_for_aug: int = ruled(
+        2,
+        NON_NEGATIVE,
+        source="code: ReBaFL's code (clients with one class do not augment)",
+    )
+    client_eps: dict[str, float] | None = ruled(
+        None,
+        ANY,
+        source="paper: ReBaFL §5.1, one ε for every client (null)",
+    )
     """Optional per-client ε override, {client id: ε}; others use `eps`."""
 
     def check(self) -> None:

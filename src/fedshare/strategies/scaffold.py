@@ -59,11 +59,33 @@ class Scaffold(ParamVectorStrategy):
     momentum 0.9 (the digits default) the run diverged in round 8, with Adam 1e-3 it stayed
     at chance (docs/baselines.md)."""
 
-    lr_global: float = ruled(1.0, POSITIVE)
-    update_controls: bool = ruled(True, ANY)
-    scale_c_by_fraction: bool = ruled(True, ANY)
-    clip_norm: float = ruled(0.0, NON_NEGATIVE)
-    correction: str = ruled("gradient", Rule(choices=CORRECTIONS))
+    lr_global: float = ruled(
+        1.0,
+        POSITIVE,
+        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1, η_g = 1",
+    )
+    update_controls: bool = ruled(
+        True,
+        ANY,
+        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1 (false is FedAvg)",
+    )
+    scale_c_by_fraction: bool = ruled(
+        True,
+        ANY,
+        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1, c += "
+        "(|S|/N)·mean(Δc_i)",
+    )
+    clip_norm: float = ruled(
+        0.0,
+        NON_NEGATIVE,
+        source="rule: off, the paper's update has no clipping (ReBaFL's baseline sets 10)",
+    )
+    correction: str = ruled(
+        "gradient",
+        Rule(choices=CORRECTIONS),
+        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1, the step on g − c_i + "
+        "c",
+    )
     """gradient: g − c_i + c is the step's gradient (the paper; plain SGD only); after_step:
     y −= η(c − c_i) after each SGD step (ReBaFL's code; SGD with any momentum)."""
 

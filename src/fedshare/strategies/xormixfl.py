@@ -60,33 +60,69 @@ LABELS = ("soft", "hard")
 class SampleSharing(OneShotServer):
     """Shared pipeline: quotas, device-side blending and encoding, server training, MDS."""
 
-    p: int = ruled(1, Rule(low=1, high=1_000))
+    p: int = ruled(
+        1,
+        Rule(low=1, high=1_000),
+        source="paper: XorMixFL §4 (Table 2, Fig. 2b), p = 1, no blending",
+    )
     """Samples per blend (Eq. 1); p = 1 is the raw sample (α then has no effect)."""
-    alpha: float = ruled(0.5, Rule(low=0, high=1, low_open=True, high_open=True))
+    alpha: float = ruled(
+        0.5,
+        Rule(low=0, high=1, low_open=True, high_open=True),
+        source="paper: XorMixFL §4 (Table 2), α = 0.5",
+    )
     """Blend ratio α of Eq. 1."""
-    M: int = ruled(1, Rule(low=1, high=1_000))
+    M: int = ruled(
+        1,
+        Rule(low=1, high=1_000),
+        source="paper: XorMixFL §3, Eq. 2 with one dummy label",
+    )
     """Dummy labels per shared sample."""
-    dummy_labels: list[int] | None = ruled(None, Rule(low=0, numbers=True, optional=True))
+    dummy_labels: list[int] | None = ruled(
+        None,
+        Rule(low=0, numbers=True, optional=True),
+        source="paper: XorMixFL Algorithm 1, a random dummy label per sample",
+    )
     """Fixed dummy labels (the first M are used; Tables 3–4: [3, 4, 5]); None: random per sample."""
     target_labels: list[int] | None = ruled(
-        None, Rule(low=0, numbers=True, nonempty=True, optional=True)
+        None,
+        Rule(low=0, numbers=True, nonempty=True, optional=True),
+        source="paper: XorMixFL §4, the partition's target labels",
     )
     """Deficient labels; None: the partition's `info["target_labels"]`, else the server's
     short labels."""
-    quota: int | None = ruled(None, replace(SIZE, low=0, optional=True))
+    quota: int | None = ruled(
+        None,
+        replace(SIZE, low=0, optional=True),
+        source="paper: XorMixFL Algorithm 2, up to the server's largest class",
+    )
     """Shared samples per target label in all; None: the server's largest class minus its own."""
-    blend_order: str = ruled("fold_left", Rule(choices=ORDERS))
+    blend_order: str = ruled(
+        "fold_left",
+        Rule(choices=ORDERS),
+        source="paper: XorMixFL Eq. 1 read as a left fold (docs/xormixfl.md)",
+    )
     """Reading of "g^p" (Eq. 1; the recursion is fedshare's choice): fold_left | nested |
     sequence (binomial) | equal; MixFL also folds [target, dummies] with it unless
     `mix_order` is set."""
     mix_ratio: float | None = ruled(
-        None, Rule(low=0, high=1, low_open=True, high_open=True, optional=True)
+        None,
+        Rule(low=0, high=1, low_open=True, high_open=True, optional=True),
+        source="rule: null, α (the Table 3/4 presets set 0.5)",
     )
     """MixFL's target-vs-dummy ratio; None: `alpha`. XorMixFL has no such mix and ignores it
     (it lives here so that one Table 3/4 preset serves both methods)."""
-    binarize: bool = ruled(False, ANY)
+    binarize: bool = ruled(
+        False,
+        ANY,
+        source="rule: off, XOR of the uint8 grey levels (the paper's images)",
+    )
     """Blend and encode {0, 255} images instead of uint8 grey levels (the paper's bits)."""
-    mds_dims: int | None = ruled(None, replace(WIDTH, optional=True))
+    mds_dims: int | None = ruled(
+        None,
+        replace(WIDTH, optional=True),
+        source="rule: null, exact pixel distances (XorMixFL §4.2's MDS)",
+    )
     """MDS distances in a k-dim classical-MDS embedding instead of the exact pixel space."""
 
     def setup(self, ctx: SetupContext) -> None:
@@ -259,10 +295,18 @@ class XorMixFL(SampleSharing):
     """XorMixFL (Section 3, Eqs. 2–3, Algorithms 1–2): XOR-encoded target samples, decoded at
     the server with its own dummy blends; hard target labels."""
 
-    multi_dummy_mode: str = ruled("xor_each", Rule(choices=MULTI_DUMMY_MODES))
+    multi_dummy_mode: str = ruled(
+        "xor_each",
+        Rule(choices=MULTI_DUMMY_MODES),
+        source="rule: Eq. 2 for M > 1 read as one XOR per dummy label (the paper gives M = 1)",
+    )
     """M > 1 (XorMixFL §4.3, read by fedshare): `xor_each` XORs M blends; `preblend` first
     blends them into one (Eq. 1)."""
-    include_server_keys: bool = ruled(False, ANY)
+    include_server_keys: bool = ruled(
+        False,
+        ANY,
+        source="rule: off, MDS over the device's contributors only (XorMixFL §4.2)",
+    )
     """Count the server's key samples among the contributors of a decoded sample (XorMixFL §4.2)."""
 
     def _keys(self, blends: torch.Tensor) -> torch.Tensor:
@@ -299,10 +343,18 @@ class MixFL(SampleSharing):
     target blend and the M dummy blends; the server trains on it as is, with the Mixup soft
     label."""
 
-    mix_order: str | None = ruled(None, Rule(choices=ORDERS, optional=True))
+    mix_order: str | None = ruled(
+        None,
+        Rule(choices=ORDERS, optional=True),
+        source="rule: null, the fold of blend_order",
+    )
     """Order of the [target, dummies] fold: None = `blend_order` (the old behaviour) |
     fold_left | nested | sequence | equal (1/(M+1) each, the target's weight kept as M grows)."""
-    label: str = ruled("soft", Rule(choices=LABELS))
+    label: str = ruled(
+        "soft",
+        Rule(choices=LABELS),
+        source="paper: XorMixFL §4.1, MixFL trains on the Mixup label",
+    )
     """`soft`: Mixup label distribution; `hard`: the target label."""
 
     def _weights(self) -> torch.Tensor:
