@@ -97,6 +97,14 @@ def test_availability_is_drawn_per_client_and_held_for_the_period():
     assert not np.array_equal(sampler.available(3, 0), sampler.available(6, 0))
 
 
+def test_availability_is_redrawn_every_round_by_default():
+    probs = np.full(6, 0.5)
+    sampler = CohortSampler(6, 6, probs, seed=3)
+    for r in (0, 1):
+        want = numpy_rng(3, "availability", r, 0).random(6) < probs
+        np.testing.assert_array_equal(sampler.available(r, 0), want)
+
+
 def reference_cohort(sampler: CohortSampler, r: int) -> list[int]:
     """The cohort by its definition: the sampled clients, each kept with its availability
     (the draw of `available`), redrawn (next attempt) while nobody is left."""

@@ -171,6 +171,13 @@ def test_analytic_sigma_meets_the_exact_condition_at_any_sensitivity(sensitivity
     assert sigma / sensitivity == pytest.approx(analytic_gaussian_std(1.0, 1.0, 1e-5), rel=1e-9)
 
 
+@pytest.mark.parametrize("epsilon", [0.1, 8.0, 30.0])
+def test_analytic_sigma_is_the_smallest_at_any_epsilon(epsilon):
+    """Also where σ is below Δ (large ε: the bracket's lower end must start below σ)."""
+    sigma = analytic_gaussian_std(1.0, epsilon, 1e-5)
+    assert gaussian_delta(sigma, 1.0, epsilon) == pytest.approx(1e-5, rel=1e-6)
+
+
 def test_a_row_just_outside_the_unit_ball_is_rejected():
     x = torch.tensor([[1.01, 0.0], [0.0, 0.5]], dtype=torch.float64)
     with pytest.raises(FedshareError, match="unit ball"):
