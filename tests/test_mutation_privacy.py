@@ -178,6 +178,15 @@ def test_analytic_sigma_is_the_smallest_at_any_epsilon(epsilon):
     assert gaussian_delta(sigma, 1.0, epsilon) == pytest.approx(1e-5, rel=1e-6)
 
 
+def test_one_sample_is_released_and_none_refused():
+    x = torch.tensor([[0.6, 0.0]], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    mean, cov, sigma = private_mean_cov(x, 1.0, 0.1, generator=gen, calibration="analytic")
+    assert mean.shape == (2,) and cov.shape == (2, 2) and sigma > 0
+    with pytest.raises(FedshareError, match="at least one sample"):
+        private_mean_cov(x[:0], 1.0)
+
+
 def test_a_row_just_outside_the_unit_ball_is_rejected():
     x = torch.tensor([[1.01, 0.0], [0.0, 0.5]], dtype=torch.float64)
     with pytest.raises(FedshareError, match="unit ball"):
