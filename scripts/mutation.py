@@ -694,6 +694,18 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_engine.py",
     ),
+    "engine_training": Target(  # every training loop's batches and steps; lr schedules
+        {
+            "src/fedshare/engine/training.py": (
+                "shuffled_positions",
+                "bf16_autocast",
+                "fit",
+                "check_finite",
+            ),
+            "src/fedshare/engine/optim.py": ("learning_rate", "make_optimizer"),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_training.py",
+    ),
     "results": Target(  # the report's and reproduce's statistics of a cell, over its seeds
         {
             "src/fedshare/results/stats.py": (
@@ -744,7 +756,7 @@ METHODS: dict[str, Target] = {
                 "distance_stats",
             ),
         },
-        "tests/test_dcor.py tests/test_xormixfl.py::test_mds_metric"
+        f"{NO_CONFTEST} tests/test_dcor.py tests/test_xormixfl.py::test_mds_metric"
         " tests/test_flea.py::test_directed_pair_exposure_follows_the_closed_form"
         " tests/test_flea.py::test_exposure_tracker_data_fractions_and_state"
         " tests/test_mutation_privacy.py -k 'exposure or mds or distance_stats'",
@@ -763,7 +775,8 @@ METHODS: dict[str, Target] = {
             ),
             "src/fedshare/functional/mixup.py": ("beta_weights",),
         },
-        " ".join(
+        f"{NO_CONFTEST} "
+        + " ".join(
             f"tests/test_{name}"
             for name in (
                 "rebafl.py::test_rbsm_with_eps_one_is_plain_cross_entropy",
