@@ -348,6 +348,11 @@ def test_an_inconsistent_checkpoint_is_refused(done, rounds, every, tmp_path):
         check_saved_rounds(saved(done, rounds), 6, every, tmp_path / "c.pt")
 
 
+def test_the_refusal_shows_the_last_five_evaluated_rounds(tmp_path):
+    with pytest.raises(FedshareError, match=r"rounds \[3, 4, 5, 6, 7\] \(eval.every=1\)"):
+        check_saved_rounds(saved(5, [1, 2, 3, 4, 5, 6, 7]), 9, 1, tmp_path / "c.pt")
+
+
 def test_a_checkpoint_beyond_the_asked_rounds_is_refused(tmp_path):
     check_saved_rounds(saved(4, [4]), 4, 1, tmp_path / "c.pt")
     with pytest.raises(FedshareError, match="rounds=3"):

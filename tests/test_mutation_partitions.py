@@ -381,3 +381,10 @@ def test_shards_name_the_class_that_fills_more_shards_than_clients():
     labels = np.array([0, 0, 0, 0, 1, 2])
     with pytest.raises(FedshareError, match="class 0 fills 4 of the 6 shards, more than the 3"):
         split(labels, 3, {"name": "shards"}, 0)
+
+
+def test_clustered_defaults_are_rebafls_five_groups_of_1000_samples():
+    labels = np.repeat(np.arange(5), 1000)
+    p = make_partition(labels, 5, {"name": "clustered"}, np.random.default_rng(0))
+    assert [len(ix) for ix in p.client_indices] == [1000] * 5
+    assert np.count_nonzero(p.class_counts, axis=1).tolist() == [2, 2, 3, 3, 5]

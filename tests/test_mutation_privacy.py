@@ -178,6 +178,19 @@ def test_analytic_sigma_is_the_smallest_at_any_epsilon(epsilon):
     assert gaussian_delta(sigma, 1.0, epsilon) == pytest.approx(1e-5, rel=1e-6)
 
 
+def test_the_mean_takes_the_first_draw_of_the_generator_added_then_the_covariances():
+    """Same seed, same release: the mean's noise is added (μ + σ·z) and drawn first."""
+    x = unit_rows(6, 3, 2)
+    mean, cov, sigma = private_mean_cov(
+        x, 1.0, generator=torch.Generator().manual_seed(5), project=False
+    )
+    gen = torch.Generator().manual_seed(5)
+    z = torch.randn(3, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(mean, x.mean(0) + sigma * z, rtol=0, atol=1e-12)
+    noise = symmetric_noise(3, sigma, gen, torch.float64, torch.device("cpu"))
+    torch.testing.assert_close(cov, torch.cov(x.T, correction=0) + noise, rtol=0, atol=1e-12)
+
+
 def test_one_sample_is_released_and_none_refused():
     x = torch.tensor([[0.6, 0.0]], dtype=torch.float64)
     gen = torch.Generator().manual_seed(0)
