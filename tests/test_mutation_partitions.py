@@ -388,3 +388,38 @@ def test_clustered_defaults_are_rebafls_five_groups_of_1000_samples():
     p = make_partition(labels, 5, {"name": "clustered"}, np.random.default_rng(0))
     assert [len(ix) for ix in p.client_indices] == [1000] * 5
     assert np.count_nonzero(p.class_counts, axis=1).tolist() == [2, 2, 3, 3, 5]
+
+
+def test_shards_need_a_sample_per_shard_and_default_to_two_per_client():
+    labels = np.repeat(np.arange(4), 2)
+    with pytest.raises(FedshareError, match="4 clients × 2 shards exceeds the 6 training"):
+        split(labels[:6], 4, {"name": "shards"}, 0)
+    for part in split(labels, 4, {"name": "shards"}, 0):
+        assert len(part) == 2 and len(set(labels[part].tolist())) == 2
+
+
+class OneClassRng:
+    """Every label set is class 0 (so two classes are never covered); counts the draws."""
+
+    def __init__(self) -> None:
+        self.draws = 0
+
+    def choice(self, n: int, size: int, replace: bool) -> np.ndarray:
+        self.draws += 1
+        return np.zeros(size, dtype=np.int64)
+
+
+def test_label_sets_are_drawn_a_thousand_times_by_default_and_at_least_once():
+    from fedshare.data.pathological import clustered, pathological
+
+    labels = np.repeat(np.arange(2), 5)
+    rng = OneClassRng()
+    with pytest.raises(FedshareError, match="in 1000 tries"):
+        clustered(labels, 2, rng, group_classes=[1], client_size=1)
+    assert rng.draws == 2 * 1000
+    rng = OneClassRng()
+    with pytest.raises(FedshareError, match="in 1000 tries"):
+        pathological(labels, 2, rng, classes_per_client=1, per_class=1)
+    assert rng.draws == 2 * 1000
+    got = pathological(labels, 2, np.random.default_rng(0), per_class=1, max_tries=0)
+    assert [len(ix) for ix in got.indices] == [2, 2]  # max_tries=0 still draws once

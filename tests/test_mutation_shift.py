@@ -221,7 +221,7 @@ def test_xormix_defaults_are_the_papers():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"target_labels": []}, "target_labels"),
+        ({"target_labels": []}, "target_labels=\\[\\] must be distinct classes in 0…5"),
         ({"target_labels": [1, 1]}, "target_labels"),
         ({"target_labels": [6]}, "target_labels"),
         ({"target_labels": [-1]}, "target_labels"),
