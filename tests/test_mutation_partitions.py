@@ -312,3 +312,114 @@ def test_dirichlet_blocks_try_a_thousand_draws_per_block():
     cfg = {"name": "dirichlet_blocks", "alpha": 1e-3, "min_size": 5, "blocks": 1}
     with pytest.raises(FedshareError, match="in 1000 draws of block 0"):
         split(one_class, 2, cfg, 0)
+
+
+def test_pathological_defaults_are_reBaFLs_two_classes_of_500():
+    labels = np.repeat(np.arange(4), 1000)
+    got = split(labels, 3, {"name": "pathological"}, 0)
+    for part in got:
+        counts = np.bincount(labels[part], minlength=4)
+        assert sorted(counts.tolist()) == [0, 0, 500, 500]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        ({"classes_per_client": 0}, "0 classes per client is not between 1 and the 4"),
+        ({"classes_per_client": 5}, "5 classes per client"),
+        ({"per_class": 0}, "per_class=0 must be at least 1"),
+    ],
+)
+def test_pathological_refuses_empty_label_sets_and_amounts(cfg, message):
+    with pytest.raises(FedshareError, match=message):
+        split(np.repeat(np.arange(4), 10), 4, {"name": "pathological", **cfg}, 0)
+
+
+def test_a_short_pool_without_reuse_names_the_first_short_class():
+    labels = np.array([0, 1, 2, 2, 2, 2])
+    cfg = {"name": "pathological", "classes_per_client": 3, "per_class": 1, "reuse": False}
+    with pytest.raises(FedshareError, match="class 0 is requested 2 times but has only 1"):
+        split(labels, 2, cfg, 0)
+
+
+def test_clustered_covers_every_class_by_default():
+    labels = np.repeat(np.arange(4), 5)
+    cfg = {"name": "clustered", "group_classes": [1], "client_size": 1}
+    with pytest.raises(FedshareError, match="cannot cover all 4 classes"):
+        split(labels, 2, cfg, 0)
+    split(labels, 2, {**cfg, "cover_all": False}, 0)
+
+
+class NoSwapRng:
+    """Shards in label order (every client's two shards of one class) and swap partners that
+    are always the client itself, so no swap is ever made; counts the draws."""
+
+    def __init__(self) -> None:
+        self.draws = 0
+
+    def permutation(self, n: int) -> np.ndarray:
+        return np.arange(n)
+
+    def integers(self, high: int) -> int:
+        self.draws += 1
+        return 0
+
+
+@pytest.mark.parametrize(("max_tries", "swaps"), [(3, 12), (None, 400)])
+def test_shards_try_max_tries_times_the_clients_swaps(max_tries, swaps):
+    from fedshare.data.pathological import shards
+
+    labels = np.repeat(np.arange(4), 2)
+    rng = NoSwapRng()
+    options = {} if max_tries is None else {"max_tries": max_tries}
+    with pytest.raises(FedshareError, match=f"in {swaps} swaps"):
+        shards(labels, 4, rng, **options)
+    assert rng.draws == 2 * swaps  # a partner client and a partner shard per try
+
+
+def test_shards_name_the_class_that_fills_more_shards_than_clients():
+    labels = np.array([0, 0, 0, 0, 1, 2])
+    with pytest.raises(FedshareError, match="class 0 fills 4 of the 6 shards, more than the 3"):
+        split(labels, 3, {"name": "shards"}, 0)
+
+
+def test_clustered_defaults_are_rebafls_five_groups_of_1000_samples():
+    labels = np.repeat(np.arange(5), 1000)
+    p = make_partition(labels, 5, {"name": "clustered"}, np.random.default_rng(0))
+    assert [len(ix) for ix in p.client_indices] == [1000] * 5
+    assert np.count_nonzero(p.class_counts, axis=1).tolist() == [2, 2, 3, 3, 5]
+
+
+def test_shards_need_a_sample_per_shard_and_default_to_two_per_client():
+    labels = np.repeat(np.arange(4), 2)
+    with pytest.raises(FedshareError, match="4 clients × 2 shards exceeds the 6 training"):
+        split(labels[:6], 4, {"name": "shards"}, 0)
+    for part in split(labels, 4, {"name": "shards"}, 0):
+        assert len(part) == 2 and len(set(labels[part].tolist())) == 2
+
+
+class OneClassRng:
+    """Every label set is class 0 (so two classes are never covered); counts the draws."""
+
+    def __init__(self) -> None:
+        self.draws = 0
+
+    def choice(self, n: int, size: int, replace: bool) -> np.ndarray:
+        self.draws += 1
+        return np.zeros(size, dtype=np.int64)
+
+
+def test_label_sets_are_drawn_a_thousand_times_by_default_and_at_least_once():
+    from fedshare.data.pathological import clustered, pathological
+
+    labels = np.repeat(np.arange(2), 5)
+    rng = OneClassRng()
+    with pytest.raises(FedshareError, match="in 1000 tries"):
+        clustered(labels, 2, rng, group_classes=[1], client_size=1)
+    assert rng.draws == 2 * 1000
+    rng = OneClassRng()
+    with pytest.raises(FedshareError, match="in 1000 tries"):
+        pathological(labels, 2, rng, classes_per_client=1, per_class=1)
+    assert rng.draws == 2 * 1000
+    got = pathological(labels, 2, np.random.default_rng(0), per_class=1, max_tries=0)
+    assert [len(ix) for ix in got.indices] == [2, 2]  # max_tries=0 still draws once

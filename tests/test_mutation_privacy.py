@@ -171,6 +171,35 @@ def test_analytic_sigma_meets_the_exact_condition_at_any_sensitivity(sensitivity
     assert sigma / sensitivity == pytest.approx(analytic_gaussian_std(1.0, 1.0, 1e-5), rel=1e-9)
 
 
+@pytest.mark.parametrize("epsilon", [0.1, 8.0, 30.0])
+def test_analytic_sigma_is_the_smallest_at_any_epsilon(epsilon):
+    """Also where σ is below Δ (large ε: the bracket's lower end must start below σ)."""
+    sigma = analytic_gaussian_std(1.0, epsilon, 1e-5)
+    assert gaussian_delta(sigma, 1.0, epsilon) == pytest.approx(1e-5, rel=1e-6)
+
+
+def test_the_mean_takes_the_first_draw_of_the_generator_added_then_the_covariances():
+    """Same seed, same release: the mean's noise is added (μ + σ·z) and drawn first."""
+    x = unit_rows(6, 3, 2)
+    mean, cov, sigma = private_mean_cov(
+        x, 1.0, generator=torch.Generator().manual_seed(5), project=False
+    )
+    gen = torch.Generator().manual_seed(5)
+    z = torch.randn(3, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(mean, x.mean(0) + sigma * z, rtol=0, atol=1e-12)
+    noise = symmetric_noise(3, sigma, gen, torch.float64, torch.device("cpu"))
+    torch.testing.assert_close(cov, torch.cov(x.T, correction=0) + noise, rtol=0, atol=1e-12)
+
+
+def test_one_sample_is_released_and_none_refused():
+    x = torch.tensor([[0.6, 0.0]], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    mean, cov, sigma = private_mean_cov(x, 1.0, 0.1, generator=gen, calibration="analytic")
+    assert mean.shape == (2,) and cov.shape == (2, 2) and sigma > 0
+    with pytest.raises(FedshareError, match="at least one sample"):
+        private_mean_cov(x[:0], 1.0)
+
+
 def test_a_row_just_outside_the_unit_ball_is_rejected():
     x = torch.tensor([[1.01, 0.0], [0.0, 0.5]], dtype=torch.float64)
     with pytest.raises(FedshareError, match="unit ball"):
