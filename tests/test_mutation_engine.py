@@ -311,6 +311,10 @@ def test_check_same_run_refuses_a_missing_or_different_config(tmp_path):
         check_same_run(saved, {k: v + 1 for k, v in saved.items()}, path)
     message = str(err.value)
     assert "k5 (5 -> 6)" in message and "k6" not in message and "and 2 more" in message
+    six = {f"k{i}": i for i in range(6)}
+    with pytest.raises(FedshareError) as err:
+        check_same_run(six, {k: v + 1 for k, v in six.items()}, path)
+    assert "k5 (5 -> 6)" in str(err.value) and "more" not in str(err.value)
     with pytest.raises(FedshareError) as err:
         check_same_run({"a": 1}, {"a": 2}, path)
     assert "a (1 -> 2)" in str(err.value) and "more" not in str(err.value)
