@@ -612,6 +612,20 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_shift.py {PARTITION_TESTS}",
     ),
+    "partition_stats": Target(  # partition.json's statistics, the fingerprint, make_partition
+        {
+            "src/fedshare/data/partitioners.py": (
+                "Partition.sizes",
+                "Partition.num_clients",
+                "Partition.coverage",
+                "Partition.summary",
+                "fingerprint",
+                "_as_split",
+                "make_partition",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_partition_stats.py {PARTITION_TESTS}",
+    ),
     "dp": Target(  # DP-FedPFT (FedPFT's Sec. 4.3, Theorem 4.1): calibration and the release
         {
             "src/fedshare/privacy/dp.py": (
