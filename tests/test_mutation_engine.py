@@ -311,6 +311,9 @@ def test_check_same_run_refuses_a_missing_or_different_config(tmp_path):
         check_same_run(saved, {k: v + 1 for k, v in saved.items()}, path)
     message = str(err.value)
     assert "k5 (5 -> 6)" in message and "k6" not in message and "and 2 more" in message
+    seven = {f"k{i}": i for i in range(7)}
+    with pytest.raises(FedshareError, match="and 1 more"):
+        check_same_run(seven, {k: v + 1 for k, v in seven.items()}, path)
     six = {f"k{i}": i for i in range(6)}
     with pytest.raises(FedshareError) as err:
         check_same_run(six, {k: v + 1 for k, v in six.items()}, path)
@@ -345,6 +348,9 @@ def test_a_consistent_checkpoint_resumes(done, rounds, every, tmp_path):
         (4, [0, 2, 4], 2),  # round 0
         (3, [2, 4], 2),  # evaluated beyond the completed rounds
         (4, [2, True], 2),
+        (4, [True, 2], 3),  # a bool is no round number
+        (4, [2, None], 3),
+        (4, [2, "4"], 3),
     ],
 )
 def test_an_inconsistent_checkpoint_is_refused(done, rounds, every, tmp_path):
@@ -414,6 +420,21 @@ def test_the_rng_state_restores_torchs_stream():
     first = torch.rand(3)
     checkpoint.restore_rng_state(state)
     assert torch.equal(torch.rand(3), first)
+
+
+@pytest.mark.parametrize(("saved_cuda", "available"), [(True, False), (False, True)])
+def test_the_cuda_streams_are_restored_only_where_saved_and_present(
+    monkeypatch, saved_cuda, available
+):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", calls.append)
+    state = {"torch": torch.get_rng_state()} | ({"cuda": ["saved"]} if saved_cuda else {})
+    checkpoint.restore_rng_state(state)
+    assert calls == []
+    if available:
+        checkpoint.restore_rng_state({**state, "cuda": ["saved"]})
+        assert calls == [["saved"]]
 
 
 # ------------------------------------------------------------------------------- ranks

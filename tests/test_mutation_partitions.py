@@ -423,3 +423,17 @@ def test_label_sets_are_drawn_a_thousand_times_by_default_and_at_least_once():
     assert rng.draws == 2 * 1000
     got = pathological(labels, 2, np.random.default_rng(0), per_class=1, max_tries=0)
     assert [len(ix) for ix in got.indices] == [2, 2]  # max_tries=0 still draws once
+
+
+def test_clustered_reuses_a_short_pool_by_default_and_tries_once_at_max_tries_one():
+    from fedshare.data.pathological import clustered
+
+    labels = np.repeat(np.arange(2), 3)
+    cfg = {"name": "clustered", "group_classes": [2], "client_size": 4}
+    assert [len(ix) for ix in split(labels, 2, cfg, 0)] == [4, 4]  # 4 of each class, 3 held
+    with pytest.raises(FedshareError, match="requested 4 times but has only 3"):
+        split(labels, 2, {**cfg, "reuse": False}, 0)
+    rng = OneClassRng()
+    with pytest.raises(FedshareError, match="in 1 tries"):
+        clustered(labels, 2, rng, group_classes=[1], client_size=1, max_tries=1)
+    assert rng.draws == 2
