@@ -238,6 +238,7 @@ def test_flat_state_is_the_floating_entries_in_order_and_loads_back():
     assert flat_state.numel == 18
     state = model.state_dict()
     want = torch.cat([state[n].reshape(-1) for n in flat_state.names])
+    assert not any(t.requires_grad for t in flat_state.tensors(model))  # detached entries
     assert torch.equal(flat_state.flatten(model), want)
     new = torch.arange(18.0)
     views = flat_state.views(new)
@@ -390,6 +391,27 @@ def test_a_checkpoint_round_trips_and_a_foreign_file_is_named(tmp_path):
     path.write_bytes(b"")
     with pytest.raises(FedshareError, match="empty or truncated"):
         checkpoint.load_checkpoint(path)
+
+
+@dataclasses.dataclass
+class Foreign:
+    value: int = 1
+
+
+def test_a_checkpoint_is_loaded_with_tensors_and_plain_values_only(tmp_path):
+    path = tmp_path / "c.pt"
+    torch.save(full_state(extra=Foreign()), path)
+    with pytest.raises(FedshareError, match="holds objects other than tensors"):
+        checkpoint.load_checkpoint(path)
+
+
+@pytest.mark.parametrize("available", [False, True])
+def test_the_rng_state_has_cuda_streams_only_where_cuda_is_available(monkeypatch, available):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: ["streams"])
+    state = checkpoint.rng_state()
+    assert torch.equal(state["torch"], torch.get_rng_state())
+    assert state.get("cuda") == (["streams"] if available else None)
 
 
 def test_load_problems_are_named_by_their_kind():
