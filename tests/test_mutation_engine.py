@@ -477,6 +477,8 @@ def test_blocks_cut_the_cohort_where_the_running_count_nears_each_share():
     assert blocks([6, 1, 1, 1, 1], 2) == [0, 1, 1, 1, 1]
     assert blocks([1, 1, 1, 6], 2) == [0, 0, 0, 1]
     assert blocks([0, 0, 2], 2) == [0, 0, 1]  # an empty client weighs one sample
+    assert blocks([0, 2, 0, 0], 2) == [0, 0, 1, 1]
+    assert blocks([0, 0], 2) == [0, 1]
     assert blocks([5], 2) == [1]  # one client: its midpoint is at half the total
 
 
