@@ -811,7 +811,8 @@ METHODS: dict[str, Target] = {
                 "gmm.py::test_wire_round_trip_and_byte_count",
                 "flea.py::test_beta_two_two_moments_and_per_batch_draws",
             )
-        ),
+        )
+        + " tests/test_mutation_functional.py",
     ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""

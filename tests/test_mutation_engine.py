@@ -469,6 +469,7 @@ def test_assign_puts_the_largest_client_on_the_least_loaded_rank():
     assert assign([3, 0, 0, 0], 2) == [0, 1, 1, 1]  # an empty client weighs one sample
     assert assign([4, 4, 4], 3) == [0, 1, 2]
     assert assign([], 2) == []
+    assert assign([0, 0], 2) == [0, 1]  # empty clients weigh one: not all on rank 0
 
 
 def test_blocks_cut_the_cohort_where_the_running_count_nears_each_share():
