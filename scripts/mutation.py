@@ -779,6 +779,7 @@ METHODS: dict[str, Target] = {
                 "pair_exposure_is_directed_and_data_exposure_per_client",
                 "classical_mds_keeps_the_largest_eigenvalues",
                 "distance_stats_of_no_samples_are_nan_under_the_prefix",
+                "a_tracker_of_no_clients_reports_zero_exposure",
             )
         ),
     ),
