@@ -582,7 +582,6 @@ METHODS: dict[str, Target] = {
                 "dirichlet_blocks",
                 "quantity",
             ),
-            "src/fedshare/data/partition.py": ("iid",),
         },
         f"{NO_CONFTEST} {PARTITION_TESTS} tests/test_mutation_partitions.py",
     ),
@@ -611,6 +610,21 @@ METHODS: dict[str, Target] = {
             ),
         },
         f"{NO_CONFTEST} tests/test_mutation_shift.py {PARTITION_TESTS}",
+    ),
+    "partition_stats": Target(  # partition.json's statistics, the fingerprint, make_partition
+        {
+            "src/fedshare/data/partitioners.py": (
+                "Partition.sizes",
+                "Partition.num_clients",
+                "Partition.coverage",
+                "Partition.summary",
+                "fingerprint",
+                "_as_split",
+                "make_partition",
+                "iid",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_partition_stats.py {PARTITION_TESTS}",
     ),
     "dp": Target(  # DP-FedPFT (FedPFT's Sec. 4.3, Theorem 4.1): calibration and the release
         {
@@ -765,6 +779,7 @@ METHODS: dict[str, Target] = {
                 "pair_exposure_is_directed_and_data_exposure_per_client",
                 "classical_mds_keeps_the_largest_eigenvalues",
                 "distance_stats_of_no_samples_are_nan_under_the_prefix",
+                "a_tracker_of_no_clients_reports_zero_exposure",
             )
         ),
     ),
@@ -797,7 +812,8 @@ METHODS: dict[str, Target] = {
                 "gmm.py::test_wire_round_trip_and_byte_count",
                 "flea.py::test_beta_two_two_moments_and_per_batch_draws",
             )
-        ),
+        )
+        + " tests/test_mutation_functional.py",
     ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""

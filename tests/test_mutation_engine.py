@@ -238,6 +238,7 @@ def test_flat_state_is_the_floating_entries_in_order_and_loads_back():
     assert flat_state.numel == 18
     state = model.state_dict()
     want = torch.cat([state[n].reshape(-1) for n in flat_state.names])
+    assert not any(t.requires_grad for t in flat_state.tensors(model))  # detached entries
     assert torch.equal(flat_state.flatten(model), want)
     new = torch.arange(18.0)
     views = flat_state.views(new)
@@ -311,6 +312,13 @@ def test_check_same_run_refuses_a_missing_or_different_config(tmp_path):
         check_same_run(saved, {k: v + 1 for k, v in saved.items()}, path)
     message = str(err.value)
     assert "k5 (5 -> 6)" in message and "k6" not in message and "and 2 more" in message
+    seven = {f"k{i}": i for i in range(7)}
+    with pytest.raises(FedshareError, match="and 1 more"):
+        check_same_run(seven, {k: v + 1 for k, v in seven.items()}, path)
+    six = {f"k{i}": i for i in range(6)}
+    with pytest.raises(FedshareError) as err:
+        check_same_run(six, {k: v + 1 for k, v in six.items()}, path)
+    assert "k5 (5 -> 6)" in str(err.value) and "more" not in str(err.value)
     with pytest.raises(FedshareError) as err:
         check_same_run({"a": 1}, {"a": 2}, path)
     assert "a (1 -> 2)" in str(err.value) and "more" not in str(err.value)
@@ -341,6 +349,9 @@ def test_a_consistent_checkpoint_resumes(done, rounds, every, tmp_path):
         (4, [0, 2, 4], 2),  # round 0
         (3, [2, 4], 2),  # evaluated beyond the completed rounds
         (4, [2, True], 2),
+        (4, [True, 2], 3),  # a bool is no round number
+        (4, [2, None], 3),
+        (4, [2, "4"], 3),
     ],
 )
 def test_an_inconsistent_checkpoint_is_refused(done, rounds, every, tmp_path):
@@ -382,6 +393,27 @@ def test_a_checkpoint_round_trips_and_a_foreign_file_is_named(tmp_path):
         checkpoint.load_checkpoint(path)
 
 
+@dataclasses.dataclass
+class Foreign:
+    value: int = 1
+
+
+def test_a_checkpoint_is_loaded_with_tensors_and_plain_values_only(tmp_path):
+    path = tmp_path / "c.pt"
+    torch.save(full_state(extra=Foreign()), path)
+    with pytest.raises(FedshareError, match="holds objects other than tensors"):
+        checkpoint.load_checkpoint(path)
+
+
+@pytest.mark.parametrize("available", [False, True])
+def test_the_rng_state_has_cuda_streams_only_where_cuda_is_available(monkeypatch, available):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: ["streams"])
+    state = checkpoint.rng_state()
+    assert torch.equal(state["torch"], torch.get_rng_state())
+    assert state.get("cuda") == (["streams"] if available else None)
+
+
 def test_load_problems_are_named_by_their_kind():
     import pickle
 
@@ -412,6 +444,21 @@ def test_the_rng_state_restores_torchs_stream():
     assert torch.equal(torch.rand(3), first)
 
 
+@pytest.mark.parametrize(("saved_cuda", "available"), [(True, False), (False, True)])
+def test_the_cuda_streams_are_restored_only_where_saved_and_present(
+    monkeypatch, saved_cuda, available
+):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", calls.append)
+    state = {"torch": torch.get_rng_state()} | ({"cuda": ["saved"]} if saved_cuda else {})
+    checkpoint.restore_rng_state(state)
+    assert calls == []
+    if available:
+        checkpoint.restore_rng_state({**state, "cuda": ["saved"]})
+        assert calls == [["saved"]]
+
+
 # ------------------------------------------------------------------------------- ranks
 
 
@@ -422,6 +469,7 @@ def test_assign_puts_the_largest_client_on_the_least_loaded_rank():
     assert assign([3, 0, 0, 0], 2) == [0, 1, 1, 1]  # an empty client weighs one sample
     assert assign([4, 4, 4], 3) == [0, 1, 2]
     assert assign([], 2) == []
+    assert assign([0, 0], 2) == [0, 1]  # empty clients weigh one: not all on rank 0
 
 
 def test_blocks_cut_the_cohort_where_the_running_count_nears_each_share():
@@ -430,6 +478,8 @@ def test_blocks_cut_the_cohort_where_the_running_count_nears_each_share():
     assert blocks([6, 1, 1, 1, 1], 2) == [0, 1, 1, 1, 1]
     assert blocks([1, 1, 1, 6], 2) == [0, 0, 0, 1]
     assert blocks([0, 0, 2], 2) == [0, 0, 1]  # an empty client weighs one sample
+    assert blocks([0, 2, 0, 0], 2) == [0, 0, 1, 1]
+    assert blocks([0, 0], 2) == [0, 1]
     assert blocks([5], 2) == [1]  # one client: its midpoint is at half the total
 
 

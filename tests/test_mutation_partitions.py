@@ -423,3 +423,55 @@ def test_label_sets_are_drawn_a_thousand_times_by_default_and_at_least_once():
     assert rng.draws == 2 * 1000
     got = pathological(labels, 2, np.random.default_rng(0), per_class=1, max_tries=0)
     assert [len(ix) for ix in got.indices] == [2, 2]  # max_tries=0 still draws once
+
+
+def test_clustered_reuses_a_short_pool_by_default_and_tries_once_at_max_tries_one():
+    from fedshare.data.pathological import clustered
+
+    labels = np.repeat(np.arange(2), 3)
+    cfg = {"name": "clustered", "group_classes": [2], "client_size": 4}
+    assert [len(ix) for ix in split(labels, 2, cfg, 0)] == [4, 4]  # 4 of each class, 3 held
+    with pytest.raises(FedshareError, match="requested 4 times but has only 3"):
+        split(labels, 2, {**cfg, "reuse": False}, 0)
+    rng = OneClassRng()
+    with pytest.raises(FedshareError, match="in 1 tries"):
+        clustered(labels, 2, rng, group_classes=[1], client_size=1, max_tries=1)
+    assert rng.draws == 2
+
+
+def reference_shards(labels: np.ndarray, k: int, s: int, rng: np.random.Generator) -> list:
+    """McMahan et al.'s shards, repaired by swaps: shards of the label-sorted indices, a random
+    assignment, then, while some client holds two shards of one class, the lowest such client
+    offers its first repeated shard to a random (client, shard); the swap is made only when it
+    brings neither client a class it already holds elsewhere."""
+    order = np.argsort(labels, kind="stable")
+    pieces = np.array_split(order, k * s)
+    owner_class = [int(np.bincount(labels[p]).argmax()) for p in pieces]
+    rows = rng.permutation(k * s).reshape(k, s).tolist()
+
+    def classes(row):
+        return [owner_class[p] for p in row]
+
+    for _ in range(100 * k):
+        bad = [i for i in range(k) if len(set(classes(rows[i]))) < s]
+        if not bad:
+            break
+        a = bad[0]
+        mine = classes(rows[a])
+        j = next(t for t in range(1, s) if mine[t] in mine[:t])
+        b, t = int(rng.integers(k)), int(rng.integers(s))
+        theirs = classes(rows[b])
+        if b == a or theirs[t] in mine[:j] + mine[j + 1 :]:
+            continue
+        if mine[j] in theirs[:t] + theirs[t + 1 :]:
+            continue
+        rows[a][j], rows[b][t] = rows[b][t], rows[a][j]
+    return [np.concatenate([pieces[p] for p in row]).tolist() for row in rows]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shards_are_the_repaired_random_assignment_draw_for_draw(seed):
+    labels = make_labels([12] * 6, seed)
+    got = split(labels, 12, {"name": "shards", "shards_per_client": 3}, seed)
+    assert [p.tolist() for p in got] == reference_shards(labels, 12, 3, np.random.default_rng(seed))
+    assert all(len(set(labels[p].tolist())) == 3 for p in got)

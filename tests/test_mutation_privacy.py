@@ -204,3 +204,13 @@ def test_a_row_just_outside_the_unit_ball_is_rejected():
     x = torch.tensor([[1.01, 0.0], [0.0, 0.5]], dtype=torch.float64)
     with pytest.raises(FedshareError, match="unit ball"):
         private_mean_cov(x, 1.0)
+
+
+def test_a_tracker_of_no_clients_reports_zero_exposure():
+    assert ExposureTracker([]).metrics() == {
+        "exposure_pairs": 0.0,
+        "exposure_data_mean": 0.0,
+        "exposure_data_max": 0.0,
+        "exposure_data_total": 0.0,
+        "exposure_clients": 0.0,
+    }

@@ -243,3 +243,5 @@ def test_xormix_with_a_server_needs_a_device():
         xormix(LABELS, 1, np.random.default_rng(0), [5], n=1, m=1)
     zero = xormix(LABELS, 2, np.random.default_rng(0), [5], n=0, m=1)
     assert np.bincount(LABELS[zero.indices[1]], minlength=6).tolist() == [1] * 5 + [0]
+    none = xormix(LABELS, 2, np.random.default_rng(0), [5], n=1, m=0)
+    assert np.bincount(LABELS[none.indices[1]], minlength=6).tolist() == [0] * 5 + [1]

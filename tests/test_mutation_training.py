@@ -67,6 +67,14 @@ def test_fit_zeroes_the_gradient_before_every_step():
     assert w.item() == pytest.approx(-3.0)  # three steps of gradient 1, not 1 + 2 + 3
 
 
+def test_a_parameter_a_batch_does_not_use_is_left_alone_by_that_step():
+    """Gradients are set to None, not zero: momentum SGD skips a parameter without one."""
+    w, v = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([w, v], lr=1.0, momentum=0.9)
+    fit(optimizer, ["w", "v"], lambda b: (w if b == "w" else v).sum())
+    assert (w.item(), v.item()) == (-1.0, -1.0)
+
+
 def test_fit_under_amp_computes_the_loss_in_bfloat16():
     w = torch.nn.Parameter(torch.ones(2, 2))
     dtypes = []
