@@ -6,7 +6,7 @@ import torch
 
 from fedshare.errors import FedshareError
 from fedshare.functional.prototype_losses import nearest_prototype, prototype_distance_loss
-from fedshare.functional.prototypes import PrototypeAverager, class_means, pack
+from fedshare.functional.prototypes import PrototypeAverager, class_means, pack, unpack
 from fedshare.strategies.base import Update
 from fedshare.strategies.fedproto import prototype_accuracy
 from helpers import digits_federation
@@ -45,6 +45,16 @@ def test_the_upload_holds_only_the_classes_the_client_has():
     sent = pack(torch.randn(3, 4), counts)
     assert sent["proto_classes"].tolist() == [0, 2]
     assert sent["proto_counts"].tolist() == [3.0, 1.0] and sent["prototypes"].shape == (2, 4)
+
+
+def test_unpack_counts_one_per_class_without_counts_and_nothing_for_an_empty_payload():
+    protos = torch.randn(2, 4)
+    payload = {"proto_classes": torch.tensor([1, 3]), "prototypes": protos}
+    got, counts, mask = unpack(payload, 4, 4, "cpu")
+    assert counts.tolist() == [0.0, 1.0, 0.0, 1.0] and mask.tolist() == [False, True, False, True]
+    torch.testing.assert_close(got[[1, 3]], protos)
+    got, counts, mask = unpack({}, 4, 4, "cpu")  # a client that sent no prototype
+    assert not got.any() and not counts.any() and not mask.any()
 
 
 def test_the_averager_is_a_weighted_mean_for_any_positive_weights():
