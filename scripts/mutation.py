@@ -815,6 +815,117 @@ METHODS: dict[str, Target] = {
         )
         + " tests/test_mutation_functional.py",
     ),
+    # ---- the heterogeneous family (issue 45): clients with their own models
+    "fedproto": Target(  # FedProto (Tan et al. 2022): count-weighted prototypes, Eq. 5's term
+        {
+            "src/fedshare/functional/prototypes.py": (
+                "class_means",
+                "feature_prototypes",
+                "pack",
+                "unpack",
+                "PrototypeAverager.add",
+                "PrototypeAverager.result",
+            ),
+            "src/fedshare/functional/prototype_losses.py": (
+                "prototype_distance_loss",
+                "prototype_distances",
+                "nearest_prototype",
+            ),
+            "src/fedshare/strategies/fedproto.py": ("FedProto.local_step", "FedProto.absorb"),
+        },
+        "tests/test_fedproto.py",
+    ),
+    "fd": Target(  # FedDistill (Jeong et al. 2018): per-label logits, distillation toward them
+        {
+            "src/fedshare/functional/logit_sharing.py": ("label_logits", "label_distillation_loss"),
+            "src/fedshare/strategies/feddistill.py": (
+                "FedDistill.local_step",
+                "FedDistill.uploaded",
+                "FedDistill.absorb",
+            ),
+        },
+        "tests/test_hetero_family.py -k 'label_distillation or fd_'",
+    ),
+    "lg_fedavg": Target(  # LG-FedAvg (Liang et al. 2020): the sample-weighted global head
+        {
+            "src/fedshare/strategies/lg_fedavg.py": (
+                "load_head",
+                "head_weights",
+                "LGFedAvg.local_step",
+                "LGFedAvg.uploaded",
+                "LGFedAvg.absorb",
+                "LGFedAvg.finish",
+            ),
+        },
+        "tests/test_hetero_family.py -k 'lg_'",
+    ),
+    "fedgh": Target(  # FedGH (Yi et al. 2023): the header trained on prototypes alone
+        {
+            "src/fedshare/strategies/fedgh.py": (
+                "FedGH.local_step",
+                "FedGH.uploaded",
+                "FedGH.absorb",
+                "FedGH.finish",
+            ),
+            "src/fedshare/strategies/_server_training.py": (
+                "prototype_batches",
+                "train_on_prototypes",
+            ),
+        },
+        "tests/test_fedgh_fedtgp.py -k 'fedgh'",
+    ),
+    "fedtgp": Target(  # FedTGP (Zhang et al. 2024): trainable prototypes, the adaptive margin
+        {
+            "src/fedshare/functional/prototype_losses.py": ("class_gap", "margin_prototype_loss"),
+            "src/fedshare/strategies/fedtgp.py": (
+                "TrainableGlobalPrototypes.forward",
+                "FedTGP.absorb",
+                "FedTGP.global_prototypes",
+            ),
+        },
+        "tests/test_fedgh_fedtgp.py -k 'gap or margin or fedtgp'",
+    ),
+    "fml": Target(  # FML (Shen et al. 2020): mutual learning, the averaged meme model
+        {
+            "src/fedshare/strategies/fml.py": ("mutual_loss", "FML.local_step", "FML.uploaded"),
+            "src/fedshare/strategies/_shared_model.py": (
+                "SharedModelStrategy.absorb",
+                "SharedModelStrategy.finish",
+            ),
+            "src/fedshare/functional/logit_sharing.py": ("kl_to",),
+        },
+        "tests/test_fml_fedkd.py -k 'shared_model or mutual_loss or fml'",
+    ),
+    "fedkd": Target(  # FedKD (Wu et al. 2022): adaptive mutual distillation, SVD at energy T
+        {
+            "src/fedshare/functional/svd.py": (
+                "energy_rank",
+                "compress",
+                "decompress",
+                "energy_schedule",
+            ),
+            "src/fedshare/strategies/fedkd.py": (
+                "factor_flat",
+                "unfactor_flat",
+                "adaptive_mutual_loss",
+                "FedKD.local_step",
+                "FedKD.uploaded",
+                "FedKD.absorb",
+            ),
+        },
+        "tests/test_fml_fedkd.py -k 'energy or low_rank or factored or adaptive or fedkd'",
+    ),
+    "fedmrl": Target(  # FedMRL (Yi et al. 2024): the matryoshka representations
+        {
+            "src/fedshare/strategies/fedmrl.py": (
+                "MRLNet.both",
+                "matryoshka_loss",
+                "FedMRL.local_step",
+                "FedMRL.uploaded",
+            ),
+        },
+        "tests/test_fedmrl.py",
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 

@@ -6,7 +6,7 @@ import torch
 
 from fedshare.errors import FedshareError
 from fedshare.functional.prototype_losses import nearest_prototype, prototype_distance_loss
-from fedshare.functional.prototypes import pack
+from fedshare.functional.prototypes import PrototypeAverager, class_means, pack, unpack
 from fedshare.strategies.base import Update
 from fedshare.strategies.fedproto import prototype_accuracy
 from helpers import digits_federation
@@ -31,6 +31,41 @@ def test_global_prototype_is_the_count_weighted_mean():
     torch.testing.assert_close(strategy.prototypes[1], (5 * a[1] + 1 * b[1]) / 6)
     torch.testing.assert_close(strategy.prototypes[2], b[2])
     assert strategy.broadcast(1).payload["proto_classes"].tolist() == [0, 1, 2]
+
+
+def test_class_means_divide_by_each_class_count_even_a_single_sample():
+    features = torch.tensor([[2.0, 4.0], [6.0, 8.0], [1.0, 3.0]])
+    means, counts = class_means(features, torch.tensor([0, 0, 2]), 3)
+    assert counts.tolist() == [2.0, 0.0, 1.0]
+    torch.testing.assert_close(means, torch.tensor([[4.0, 6.0], [0.0, 0.0], [1.0, 3.0]]))
+
+
+def test_the_upload_holds_only_the_classes_the_client_has():
+    counts = torch.tensor([3.0, 0.0, 1.0])
+    sent = pack(torch.randn(3, 4), counts)
+    assert sent["proto_classes"].tolist() == [0, 2]
+    assert sent["proto_counts"].tolist() == [3.0, 1.0] and sent["prototypes"].shape == (2, 4)
+
+
+def test_unpack_counts_one_per_class_without_counts_and_nothing_for_an_empty_payload():
+    protos = torch.randn(2, 4)
+    payload = {"proto_classes": torch.tensor([1, 3]), "prototypes": protos}
+    got, counts, mask = unpack(payload, 4, 4, "cpu")
+    assert counts.tolist() == [0.0, 1.0, 0.0, 1.0] and mask.tolist() == [False, True, False, True]
+    torch.testing.assert_close(got[[1, 3]], protos)
+    got, counts, mask = unpack({}, 4, 4, "cpu")  # a client that sent no prototype
+    assert not got.any() and not counts.any() and not mask.any()
+
+
+def test_the_averager_is_a_weighted_mean_for_any_positive_weights():
+    averager = PrototypeAverager(2, 3)
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    averager.add(a, torch.tensor([0.25, 0.0]))
+    averager.add(b, torch.tensor([0.5, 0.0]))  # weights summing to less than 1
+    prototypes, mask = averager.result()
+    assert mask.tolist() == [True, False]
+    torch.testing.assert_close(prototypes[0], (a[0] + 2 * b[0]) / 3)
+    assert not prototypes[1].any()
 
 
 def test_the_distance_term_pulls_each_feature_toward_its_own_class_prototype():

@@ -105,19 +105,23 @@ def build_client_models(
     return ClientModels(labels, tuple(models))
 
 
+def takes_client_models(strategy: type) -> bool:
+    """Whether a strategy class runs clients of different architectures (its class says so:
+    the personal-model strategies, FedGen sharing heads)."""
+    return bool(getattr(strategy, "takes_client_models", False))
+
+
 def refuse_strategy(strategy: "Strategy") -> None:
-    """Refuse `clients.models` for a strategy that shares whole models (not a personal-model
-    strategy), in one sentence."""
-    from fedshare.strategies._personal import PersonalStrategy
+    """Refuse `clients.models` for a strategy that shares whole models, in one sentence."""
     from fedshare.strategies.base import STRATEGIES
 
-    if not isinstance(strategy, PersonalStrategy):
+    if not takes_client_models(type(strategy)):
         names = STRATEGIES.names()
-        personal = [n for n in names if issubclass(STRATEGIES.get(n), PersonalStrategy)]
+        able = [n for n in names if takes_client_models(STRATEGIES.get(n))]
         raise FedshareError(
             f"strategy {strategy.name} cannot take clients with different architectures "
-            f"(clients.models): it shares one model's weights; use a personal-model strategy "
-            f"({', '.join(personal)}) or leave clients.models empty"
+            f"(clients.models): it shares one model's weights; use a strategy that shares "
+            f"less ({', '.join(able)}) or leave clients.models empty"
         )
 
 

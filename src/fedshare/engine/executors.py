@@ -213,7 +213,9 @@ class Executor:
 class BatchedExecutor(Executor):
     """Trains `chunk` clients at once, their models stacked under vmap (`train.batched`), in
     the phases whose step is plain local training (`Phase.batched_step`); the others run one
-    after another."""
+    after another. Clients with different architectures (`clients.models`) are stacked by
+    architecture: each chunk holds clients of one architecture, and the steps come back in
+    cohort order."""
 
     def __init__(self, sim: "Simulation", chunk: int) -> None:
         super().__init__(sim)
@@ -224,28 +226,43 @@ class BatchedExecutor(Executor):
         self, run: PhaseRun, cids: list[int], delivered: Mapping[int, Delivery] | None = None
     ) -> Iterator[Step]:
         phase, sim = run.phase, self.sim
-        mixed = sim.architectures.models is not None  # a batched step stacks one architecture
-        if run.measure_local or phase.batched_step is None or mixed:
-            said = phase.name in self._said_serial
-            if not run.measure_local and phase.trains and not said:
+        if run.measure_local or phase.batched_step is None:
+            if not run.measure_local and phase.trains and phase.name not in self._said_serial:
                 self._said_serial.add(phase.name)
-                why = (
-                    "has clients of several architectures"
-                    if mixed
-                    else "is not plain local training"
-                )
                 warnings.warn(
                     f"train.batched={self.chunk}: {sim.strategy.name}'s {phase.name!r} step "
-                    f"{why}, so its clients run one after another",
+                    f"is not plain local training, so its clients run one after another",
                     stacklevel=2,
                 )
             yield from super().steps(run, cids, delivered)
             return
         step = on_client_side(phase.batched_step, sim.strategy, sim.client_side)
-        for start in range(0, len(cids), self.chunk):
-            clients = [self.client(run, cid, delivered) for cid in cids[start:][: self.chunk]]
-            for client, update in zip(clients, step(clients, run.message), strict=True):
-                yield client, update, {}
+        groups = self._by_architecture(cids)
+        done: dict[int, Step] = {}
+        for group in groups:
+            for start in range(0, len(group), self.chunk):
+                clients = [self.client(run, cid, delivered) for cid in group[start:][: self.chunk]]
+                for client, update in zip(clients, step(clients, run.message), strict=True):
+                    if len(groups) == 1:  # one architecture: each step goes on as it is done
+                        yield client, update, {}
+                    else:
+                        done[client.id] = (client, update, {})
+        for cid in cids:
+            if cid in done:
+                yield done.pop(cid)
+
+    def _by_architecture(self, cids: list[int]) -> list[list[int]]:
+        """`cids` split by architecture, each group in cohort order; the group of the cohort's
+        last client runs last, so the random state a phase leaves is that of its last client
+        seeded, as serially."""
+        models = self.sim.architectures.models
+        if models is None or not cids:
+            return [cids]
+        groups: dict[int, list[int]] = {}
+        for cid in cids:
+            groups.setdefault(models.index(cid), []).append(cid)
+        last = groups.pop(models.index(cids[-1]))
+        return [*groups.values(), last]
 
 
 class RankedExecutor(Executor):

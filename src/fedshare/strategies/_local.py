@@ -65,18 +65,35 @@ def train_stacked(
     from `model`'s current weights, or from its own flat state in `starts`; every client
     uploads its trained weights and mean loss, and `aux_metrics` of its summed `(loss, aux)`
     statistics when the loss returns them."""
-    run = StackedRun(clients, model, loss_fn, grad_hook, client_inputs, streams)
-    for i, start in enumerate(starts or ()):
-        run.start_row(i, flat.load_(model, start))
-    losses = run.run()
+    run, losses = run_stacked(clients, model, loss_fn, grad_hook, client_inputs, streams, starts)
     updates = []
     for i, client in enumerate(clients):
-        metrics = {"train_loss": finite_mean(losses[i], client)}
+        metrics = {"train_loss": losses[i]}
         if aux_metrics is not None and run.aux is not None:
             metrics.update(aux_metrics(run.aux[i]))
         weights = flat.flatten(run.load_client(i))
         updates.append(Update(client.id, client.num_samples, weights=weights, metrics=metrics))
     return updates
+
+
+def run_stacked(
+    clients: list[Client],
+    model: nn.Module,
+    loss_fn: StackedLoss = cross_entropy_loss,
+    grad_hook: StackedGradHook | None = None,
+    client_inputs: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+    streams: list[Iterator[Batch]] | None = None,
+    starts: Sequence[torch.Tensor] | None = None,
+) -> tuple[StackedRun, list[torch.Tensor]]:
+    """The stacked run of `train_stacked`, trained (client i from `model`'s weights, or from
+    its flat state `starts[i]`), and each client's mean loss, checked finite; `run.load_client`
+    puts a client's trained weights into `model`."""
+    run = StackedRun(clients, model, loss_fn, grad_hook, client_inputs, streams)
+    flat = FlatState(model)
+    for i, start in enumerate(starts or ()):
+        run.start_row(i, flat.load_(model, start))
+    losses = run.run()
+    return run, [finite_mean(loss, client) for loss, client in zip(losses, clients, strict=True)]
 
 
 def finite_mean(mean: torch.Tensor, client: Client) -> torch.Tensor:

@@ -13,6 +13,12 @@ Initialisation: a client's first participation starts from its own random initia
 heterogeneous-FL code (HtFLlib) builds each client's model independently; the server derives
 the same weights for a client it has not seen yet (`personal_model`), with no traffic.
 
+A client step is `local_step` (the module the client trains, its personal model dressed with
+what it received, and the loss), local training, then `uploaded` (what it sends and keeps). The
+same two hooks give the batched step (`train.batched`): the engine hands it clients of one
+architecture, whose modules are stacked under vmap (`fedshare.engine.batched`), each row
+starting from its own client's module.
+
 Evaluation: the run's `accuracy` is that of `global_model()`. A method without a global model
 shows there the personal model of the lowest-numbered client of the last cohort, which reaches
 the server in `Update.audit` (measurement only: never counted, never read by the algorithm);
@@ -21,18 +27,19 @@ the server in `Update.audit` (measurement only: never counted, never read by the
 """
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
-from fedshare.engine.messages import Update
+from fedshare.engine.messages import Message, Update
 from fedshare.engine.rng import derive_seed
 from fedshare.models.base import feature_width, require_body
+from fedshare.strategies._local import LossFn, cross_entropy_loss, run_stacked, train_local
 from fedshare.strategies.base import ClientSetup, SetupContext, Strategy
 
 PERSONAL = "model"
@@ -53,9 +60,21 @@ def personal_init(model: nn.Module, seed: int, client_id: int) -> torch.Tensor:
     return FlatState(scratch).flatten(scratch)
 
 
+def load_personal(client: Client, model: nn.Module, seed: int) -> nn.Module:
+    """`model` (built around client `client`'s worker) loaded with the client's kept personal
+    weights, or with its first initialisation (`personal_init`)."""
+    flat = client.state.get(PERSONAL)
+    if flat is None:
+        flat = personal_init(model, seed, client.id)
+    return FlatState(model).load_(model, flat.to(client.device))
+
+
 @dataclass
 class PersonalStrategy(Strategy):
     """Clients keep personal models; subclasses say what is shared (`absorb`, `finish`)."""
+
+    takes_client_models: ClassVar[bool] = True
+    """Clients may have architectures of their own (`clients.models`)."""
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)
@@ -77,14 +96,42 @@ class PersonalStrategy(Strategy):
         self.feature_dim = feature_width(ctx.model, ctx.input_shape)
 
     # ------------------------------------------------------------------ client side
+    def local_step(self, client: Client, message: Message) -> tuple[nn.Module, LossFn]:
+        """The module client `client` trains (built around its worker, loaded with its own
+        state and what `message` brought) and its loss; by default its personal model and
+        the cross-entropy."""
+        return self.personal(client), cross_entropy_loss
+
+    def uploaded(
+        self, client: Client, net: nn.Module, train_loss: torch.Tensor, message: Message
+    ) -> Update:
+        """What the client sends after training `net` (its mean loss `train_loss`), having
+        kept its personal part; by default nothing but its metrics."""
+        update = Update(client.id, client.num_samples, metrics={"train_loss": train_loss})
+        return self.keep(client, net, update)
+
+    def client_update(self, client: Client, message: Message) -> Update:
+        net, loss = self.local_step(client, message)
+        return self.uploaded(client, net, train_local(client, net, loss), message)
+
+    def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """`client_update` for clients of one architecture at once: each client's module
+        from `local_step` is a row of one stacked run, trained under vmap, then loaded back
+        into the module for its `uploaded`."""
+        starts = []
+        for client in clients:  # the modules share the architecture's worker: copy each
+            net, loss = self.local_step(client, message)
+            starts.append(FlatState(net).flatten(net).clone())
+        run, losses = run_stacked(clients, net, loss, starts=starts)
+        return [
+            self.uploaded(client, run.load_client(i), losses[i], message)
+            for i, client in enumerate(clients)
+        ]
+
     def personal(self, client: Client, model: nn.Module | None = None) -> nn.Module:
         """The client's personal model, loaded into its worker `client.model` (or into
         `model`, a module built around that worker)."""
-        model = client.model if model is None else model
-        flat = client.state.get(PERSONAL)
-        if flat is None:
-            flat = personal_init(model, self.seed, client.id)
-        return FlatState(model).load_(model, flat.to(client.device))
+        return load_personal(client, client.model if model is None else model, self.seed)
 
     @staticmethod
     def keep(client: Client, model: nn.Module, update: Update) -> Update:
@@ -97,17 +144,23 @@ class PersonalStrategy(Strategy):
 
     # ------------------------------------------------------------------ server side
     def aggregate(self, updates: Iterable[Update], round_idx: int) -> None:
+        for update in self.showing(updates):
+            self.absorb(update)
+        self.finish(round_idx)
+        self.dress(self.shown)
+
+    def showing(self, updates: Iterable[Update]) -> Iterator[Update]:
+        """`updates`, each without the personal model in its audit; once they are consumed,
+        `shown` holds that of the lowest-numbered client among them."""
         shown: tuple[int, torch.Tensor] | None = None
         for update in updates:
             flat = update.audit.pop(PERSONAL, None)
             if flat is not None and (shown is None or update.client_id < shown[0]):
                 shown = (update.client_id, flat)
-            self.absorb(update)
+            yield update
         if shown is not None:
             self._show(shown[0])
             FlatState(self.shown).load_(self.shown, shown[1].to(self.device))
-        self.finish(round_idx)
-        self.dress(self.shown)
 
     def absorb(self, update: Update) -> None:
         """Take one client's upload (its payload) into the server's running state."""

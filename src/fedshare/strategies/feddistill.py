@@ -31,7 +31,7 @@ from fedshare.engine.client import Client
 from fedshare.engine.messages import Message, Update
 from fedshare.functional.logit_sharing import label_distillation_loss, label_logits
 from fedshare.functional.prototypes import PrototypeAverager, unpack
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import LossFn
 from fedshare.strategies._personal import PersonalStrategy
 from fedshare.strategies.base import SetupContext, register_strategy
 from fedshare.strategies.fedproto import prototype_message
@@ -60,18 +60,21 @@ class FedDistill(PersonalStrategy):
     def broadcast(self, round_idx: int) -> Message:
         return prototype_message(self.logits, self.mask)
 
-    def client_update(self, client: Client, message: Message) -> Update:
+    def local_step(self, client: Client, message: Message) -> tuple[nn.Module, LossFn]:
         c = self.num_classes
         targets, _, mask = unpack(message.payload, c, c, client.device)
-        model = self.personal(client)
 
         def loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             z = net(x)
             kd = label_distillation_loss(z, y, targets, mask, self.temperature)
             return F.cross_entropy(z, y) + self.lam * kd
 
-        train_loss = train_local(client, model, loss)
-        means, counts = label_logits(model, *client.data(), c)
+        return self.personal(client), loss
+
+    def uploaded(
+        self, client: Client, model: nn.Module, train_loss: torch.Tensor, message: Message
+    ) -> Update:
+        means, counts = label_logits(model, *client.data(), self.num_classes)
         sent = prototype_message(means, counts > 0).payload
         update = Update(
             client.id, client.num_samples, payload=sent, metrics={"train_loss": train_loss}

@@ -37,11 +37,19 @@ adopting them needs the FLea/FedGen comparisons rerun):
   Σ_k mean(α_{k,y}·CE(h_k(G(y, ε)), y)) (serverpFedGen.py l. 143–154); here the cross-entropy of
   the count-weighted sum of the heads' logits (the ensemble's prediction).
 Round 0 is plain FedAvg (no generator has been trained yet).
+
+Clients with their own architectures (`clients.models`, every one with the shared latent
+width): the generator needs only the heads, so only the heads travel, as the paper's
+flexible parameter sharing has it (§3.3: the predictor shared, the feature extractor kept
+local). Each client keeps its whole model in its state (`_personal`), puts the received global
+head on it, trains with Eq. 5 and uploads its head with its label counts; the server averages
+the heads (sample-weighted) into the next global head and trains G against the uploaded ones
+as above. A client's model is evaluated with the latest global head.
 """
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -52,12 +60,29 @@ from fedshare.config.rules import NON_NEGATIVE, SIZE, STEPS, WIDTH, ruled
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.batched import Batch
 from fedshare.engine.client import Client
+from fedshare.engine.flat import FlatState
 from fedshare.engine.rng import seed_global_torch, torch_generator
 from fedshare.functional.generative import diversity_loss, ensemble_cross_entropy
 from fedshare.models.base import BlockModel, as_block_model, feature_width, require_body
-from fedshare.strategies._local import train_stacked
+from fedshare.strategies._local import (
+    LossFn,
+    cross_entropy_loss,
+    run_stacked,
+    train_local,
+    train_stacked,
+)
+from fedshare.strategies._personal import PersonalStrategy, load_personal
+from fedshare.strategies._personal_heads import PersonalHeads
 from fedshare.strategies._server_generator import ServerGenerator
-from fedshare.strategies.base import Message, SetupContext, Update, register_strategy, sent_weights
+from fedshare.strategies.base import (
+    ClientSetup,
+    Message,
+    SetupContext,
+    Update,
+    register_strategy,
+    sent_weights,
+)
+from fedshare.strategies.lg_fedavg import head_weights, load_head
 
 GENERATOR, PRIOR, COUNTS = "generator", "label_prior", "label_counts"
 
@@ -132,6 +157,9 @@ class FedGen(ServerGenerator[LatentGenerator]):
         source="paper: FedGen Eq. 5, the generated term at unit weight",
     )
 
+    takes_client_models: ClassVar[bool] = True
+    """With `clients.models` the clients keep their models and share heads (module doc)."""
+
     def _generator(
         self, model: nn.Module, num_classes: int, shape: tuple[int, ...], seed: int
     ) -> LatentGenerator:
@@ -146,16 +174,36 @@ class FedGen(ServerGenerator[LatentGenerator]):
         self.label_totals = torch.zeros(num_classes, dtype=torch.long, device=ctx.device)
         self.trained = False
         self.head_prefix = head_prefix(ctx.model)
+        self.heads: PersonalHeads | None = None
+        if ctx.client_models is not None:
+            self.heads = PersonalHeads()
+            self.heads.setup(ctx)
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        super().client_setup(ctx)
+        self.seed = ctx.seed
 
     # ------------------------------------------------------------------ client side
     def broadcast(self, round_idx: int) -> Message:
-        message = super().broadcast(round_idx)
+        if self.heads is None:
+            message = super().broadcast(round_idx)
+        else:
+            message = Message(weights=self.heads.head)
         if self.trained:
             message.payload[GENERATOR] = self.gen_flat.flatten(self.generator)
             message.payload[PRIOR] = self.label_prior()
         return message
 
+    def heads_only(self, message: Message) -> bool:
+        """Whether the broadcast carries the global head alone (clients of their own
+        architectures) rather than the whole global model."""
+        return sent_weights(message).numel() != self.flat.numel
+
     def client_update(self, client: Client, message: Message) -> Update:
+        if self.heads_only(message):
+            model, loss_fn, batches = self.head_step(client, message)
+            loss = train_local(client, model, loss_fn, batches=batches)
+            return self.head_upload(client, model, loss)
         model = self.load_weights(client.model, message.weights)
         if GENERATOR not in message.payload:
             update = self.trained_update(client, model)
@@ -166,6 +214,8 @@ class FedGen(ServerGenerator[LatentGenerator]):
 
     def batched_update(self, clients: list[Client], message: Message) -> list[Update]:
         """The same step for several clients at once, each drawing from its own stream."""
+        if self.heads_only(message):
+            return self.batched_head_update(clients, message)
         model = self.load_weights(clients[0].model, message.weights)
         if GENERATOR not in message.payload:
             updates = train_stacked(self.flat, clients, model)
@@ -173,6 +223,33 @@ class FedGen(ServerGenerator[LatentGenerator]):
             streams = [self.generated_batches(client, message) for client in clients]
             updates = train_stacked(self.flat, clients, model, self.generated_loss, streams=streams)
         return [self.with_counts(u, c) for u, c in zip(updates, clients, strict=True)]
+
+    def head_step(
+        self, client: Client, message: Message
+    ) -> tuple[nn.Module, LossFn, Iterator[Batch] | None]:
+        """A client of its own architecture: its personal model under the received head, the
+        loss and its batches (Eq. 5 on generated latents once G is trained)."""
+        model = load_head(load_personal(client, client.model, self.seed), sent_weights(message))
+        if GENERATOR not in message.payload:
+            return model, cross_entropy_loss, None
+        return model, self.generated_loss, self.generated_batches(client, message)
+
+    def head_upload(self, client: Client, model: nn.Module, loss: torch.Tensor) -> Update:
+        """The trained head and the label counts go up; the whole model stays with the client."""
+        update = Update(
+            client.id, client.num_samples, weights=head_weights(model), metrics={"train_loss": loss}
+        )
+        return self.with_counts(PersonalStrategy.keep(client, model, update), client)
+
+    def batched_head_update(self, clients: list[Client], message: Message) -> list[Update]:
+        """`head_step` for clients of one architecture at once, stacked from their own models."""
+        starts, streams = [], []
+        for client in clients:  # the models share the architecture's worker: copy each
+            model, loss_fn, batches = self.head_step(client, message)
+            starts.append(FlatState(model).flatten(model).clone())
+            streams.append(client.batches() if batches is None else batches)
+        run, losses = run_stacked(clients, model, loss_fn, streams=streams, starts=starts)
+        return [self.head_upload(c, run.load_client(i), losses[i]) for i, c in enumerate(clients)]
 
     def with_counts(self, update: Update, client: Client) -> Update:
         """The client's label counts n_{k,y} travel with its weights."""
@@ -213,13 +290,18 @@ class FedGen(ServerGenerator[LatentGenerator]):
         mean = RunningMean()
         heads: list[dict[str, torch.Tensor]] = []
         counts: list[torch.Tensor] = []
-        for update in updates:
+        uploads = updates if self.heads is None else self.heads.showing(updates)
+        for update in uploads:
             weights = sent_weights(update)
             mean.add(weights, update.aggregation_weight)
             heads.append(self.head_params(weights))
             counts.append(update.payload[COUNTS].to(self.device).long())
             update.weights = None
-        self.load_weights(self.model, mean.value())
+        if self.heads is None:
+            self.load_weights(self.model, mean.value())
+        elif not mean.empty:
+            self.heads.head = mean.value()
+            self.heads.dress(self.heads.shown)
         self.round_metrics = {}
         if not heads:
             return
@@ -231,7 +313,11 @@ class FedGen(ServerGenerator[LatentGenerator]):
             self.round_metrics["generator_loss"] = self.generator_loss
 
     def head_params(self, weights: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The head's entries of a client's flat weights, named as in the head module."""
+        """The head's entries of a client's flat weights (or of its head's alone, clients of
+        their own architectures), named as in the head module."""
+        if self.heads is not None:
+            head = as_block_model(self.model).head
+            return {name: t.clone() for name, t in FlatState(head).views(weights).items()}
         n = len(self.head_prefix)
         return {
             name[n:]: tensor.clone()
@@ -264,15 +350,36 @@ class FedGen(ServerGenerator[LatentGenerator]):
         head.train(was_training)
         return float(total) / self.generator_steps
 
+    # ------------------------------------------------------------------ evaluation
+    def global_model(self) -> nn.Module:
+        """The global model, or with clients of their own architectures the shown client's
+        model under the global head (`_personal`)."""
+        return super().global_model() if self.heads is None else self.heads.global_model()
+
+    def personal_model(self, client_id: int, state: Mapping[str, torch.Tensor]) -> nn.Module:
+        if self.heads is None:
+            return super().personal_model(client_id, state)
+        return self.heads.personal_model(client_id, state)
+
+    def summary_metrics(self) -> dict[str, Any]:
+        shown = {} if self.heads is None else self.heads.summary_metrics()
+        return {**super().summary_metrics(), **shown}
+
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             **super().state_dict(),
             "label_totals": self.label_totals.clone(),
             "trained": self.trained,
         }
+        if self.heads is not None:
+            state["heads"] = {**self.heads.state_dict(), "head": self.heads.head}
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.label_totals = state["label_totals"].to(self.label_totals.device)
         self.trained = state["trained"]
+        if self.heads is not None:
+            self.heads.load_state_dict(state["heads"])
+            self.heads.head = state["heads"]["head"].to(self.device)

@@ -29,7 +29,8 @@ from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Message, Update
 from fedshare.functional.prototypes import feature_prototypes, unpack
-from fedshare.strategies._local import train_local
+from fedshare.metrics.prototype_leakage import PrototypeLeakage
+from fedshare.strategies._local import LossFn, cross_entropy_loss
 from fedshare.strategies._personal import PersonalStrategy
 from fedshare.strategies._server_training import (
     SERVER_EPOCHS,
@@ -68,6 +69,7 @@ class FedGH(PersonalStrategy):
         self.header_flat = FlatState(self.header)
         self.header_flat.load_(self.header, head_weights(ctx.model))
         self._uploads: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.leakage = PrototypeLeakage(ctx.data, self.num_classes, self.seed)
 
     def header_weights(self) -> torch.Tensor:
         return self.header_flat.flatten(self.header)
@@ -75,13 +77,16 @@ class FedGH(PersonalStrategy):
     def broadcast(self, round_idx: int) -> Message:
         return Message(weights=self.header_weights())
 
-    def client_update(self, client: Client, message: Message) -> Update:
-        model = load_head(self.personal(client), sent_weights(message))
-        loss = train_local(client, model)
+    def local_step(self, client: Client, message: Message) -> tuple[nn.Module, LossFn]:
+        return load_head(self.personal(client), sent_weights(message)), cross_entropy_loss
+
+    def uploaded(
+        self, client: Client, model: nn.Module, train_loss: torch.Tensor, message: Message
+    ) -> Update:
         local, counts = feature_prototypes(model, *client.data(), self.num_classes)
         payload = prototype_message(local, counts > 0).payload
         update = Update(
-            client.id, client.num_samples, payload=payload, metrics={"train_loss": loss}
+            client.id, client.num_samples, payload=payload, metrics={"train_loss": train_loss}
         )
         return self.keep(client, model, update)
 
@@ -89,10 +94,12 @@ class FedGH(PersonalStrategy):
         protos, _, held = unpack(update.payload, self.num_classes, self.feature_dim, self.device)
         classes = torch.nonzero(held).flatten()
         self._uploads.append((protos[classes], classes))
+        self.leakage.add(update.client_id, protos[classes], classes)
 
     def finish(self, round_idx: int) -> None:
         if not self._uploads:
             return
+        leakage = self.leakage.measure(round_idx)
         protos = torch.cat([p for p, _ in self._uploads])
         labels = torch.cat([c for _, c in self._uploads])
         self._uploads = []
@@ -108,14 +115,22 @@ class FedGH(PersonalStrategy):
         loss = train_on_prototypes(
             self.header, batches, lambda p, y: F.cross_entropy(self.header(p), y), self.server_lr
         )
-        self.round_metrics = {"header_loss": loss}
+        self.round_metrics = {"header_loss": loss, **leakage}
 
     def dress(self, model: nn.Module) -> nn.Module:
         return load_head(model, self.header_weights())
 
+    def summary_metrics(self) -> dict[str, Any]:
+        return {**super().summary_metrics(), **self.leakage.last}
+
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "header": self.header.state_dict()}
+        return {
+            **super().state_dict(),
+            "header": self.header.state_dict(),
+            "leakage": dict(self.leakage.last),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.header.load_state_dict(state["header"])
+        self.leakage.last = dict(state["leakage"])

@@ -37,7 +37,7 @@ from fedshare.engine.messages import Message, Update
 from fedshare.functional.logit_sharing import kl_to
 from fedshare.functional.svd import compress, decompress, energy_schedule
 from fedshare.models.base import as_block_model
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import LossFn
 from fedshare.strategies._personal import personal_init
 from fedshare.strategies._shared_model import Pair, SharedModelStrategy
 from fedshare.strategies.base import ClientSetup, register_strategy
@@ -120,11 +120,9 @@ class FedKD(SharedModelStrategy):
         payload["energy"] = torch.tensor(self.energy(round_idx))
         return Message(payload=payload)
 
-    def client_update(self, client: Client, message: Message) -> Update:
-        payload = dict(message.payload)
-        energy = float(payload.pop("energy"))
+    def local_step(self, client: Client, message: Message) -> tuple[nn.Module, LossFn]:
+        payload = {k: v for k, v in message.payload.items() if k != "energy"}
         pair = self.pair(client, unfactor_flat(self.flat, payload))
-        net = MentorMentee(pair.personal, pair.shared, self.w_h(client))
 
         def loss(m: MentorMentee, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             mentor, mentee = as_block_model(m.personal), as_block_model(m.shared)
@@ -132,8 +130,14 @@ class FedKD(SharedModelStrategy):
             z_t, z_s = mentor.head(h_t), mentee.head(h_s)
             return adaptive_mutual_loss(z_t, z_s, h_t, m.w_h(h_s), y)
 
-        train_loss = train_local(client, net, loss)
+        return MentorMentee(pair.personal, pair.shared, self.w_h(client)), loss
+
+    def uploaded(
+        self, client: Client, net: nn.Module, train_loss: torch.Tensor, message: Message
+    ) -> Update:
+        assert isinstance(net, MentorMentee)
         client.state[HIDDEN_MAP] = net.w_h.weight.detach().flatten().clone()
+        energy = float(message.payload["energy"])
         mentee = factor_flat(self.flat, self.flat.flatten(net.shared), energy)
         update = Update(
             client.id, client.num_samples, payload=mentee, metrics={"train_loss": train_loss}

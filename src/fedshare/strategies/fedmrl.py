@@ -29,7 +29,7 @@ from fedshare.engine.client import Client
 from fedshare.engine.messages import Message, Update
 from fedshare.errors import FedshareError
 from fedshare.models.base import as_block_model, feature_width
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import LossFn
 from fedshare.strategies._personal import PersonalStrategy
 from fedshare.strategies._shared_model import SharedModelStrategy
 from fedshare.strategies.base import (
@@ -99,19 +99,23 @@ class FedMRL(SharedModelStrategy):
     def wrap(self, model: nn.Module) -> nn.Module:
         return self._personal_module(model, self.feature_dim)
 
-    def client_update(self, client: Client, message: Message) -> Update:
+    def local_step(self, client: Client, message: Message) -> tuple[nn.Module, LossFn]:
         shared = self.load_weights(self.shared_worker, sent_weights(message).to(client.device))
         personal = MRLPersonal(client.model, self.proj_worker)
         self.personal(client, personal)  # loads the client's kept F and P into it, in place
-        net = MRLNet(shared, personal)
-        loss = train_local(client, net, matryoshka_loss)
+        return MRLNet(shared, personal), matryoshka_loss
+
+    def uploaded(
+        self, client: Client, net: nn.Module, train_loss: torch.Tensor, message: Message
+    ) -> Update:
+        assert isinstance(net, MRLNet)
         update = Update(
             client.id,
             client.num_samples,
-            weights=self.flat.flatten(shared),
-            metrics={"train_loss": loss},
+            weights=self.flat.flatten(net.shared),
+            metrics={"train_loss": train_loss},
         )
-        return self.keep(client, personal, update)
+        return self.keep(client, net.personal, update)
 
     def dress(self, model: nn.Module) -> nn.Module:
         return MRLNet(self.model, model) if isinstance(model, MRLPersonal) else model

@@ -39,8 +39,9 @@ from fedshare.engine.client import Client
 from fedshare.engine.messages import Message, Update
 from fedshare.functional.prototype_losses import nearest_prototype, prototype_distance_loss
 from fedshare.functional.prototypes import PrototypeAverager, feature_prototypes, pack, unpack
+from fedshare.metrics.prototype_leakage import PrototypeLeakage
 from fedshare.models.base import as_block_model
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import LossFn
 from fedshare.strategies._personal import PersonalStrategy
 from fedshare.strategies.base import SetupContext, register_strategy
 
@@ -81,13 +82,13 @@ class FedProto(PersonalStrategy):
         self.prototypes = torch.zeros(self.num_classes, self.feature_dim, device=self.device)
         self.mask = torch.zeros(self.num_classes, dtype=torch.bool, device=self.device)
         self._averager = PrototypeAverager(self.num_classes, self.feature_dim, self.device)
+        self.leakage = PrototypeLeakage(ctx.data, self.num_classes, self.seed)
 
     def broadcast(self, round_idx: int) -> Message:
         return prototype_message(self.prototypes, self.mask)
 
-    def client_update(self, client: Client, message: Message) -> Update:
+    def local_step(self, client: Client, message: Message) -> tuple[nn.Module, LossFn]:
         protos, _, mask = unpack(message.payload, self.num_classes, self.feature_dim, client.device)
-        model = self.personal(client)
 
         def loss(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             blocks = as_block_model(net)
@@ -95,15 +96,19 @@ class FedProto(PersonalStrategy):
             ce = F.cross_entropy(blocks.head(f), y)
             return ce + self.lam * prototype_distance_loss(f.flatten(1), y, protos, mask)
 
-        train_loss = train_local(client, model, loss)
-        local, counts = feature_prototypes(model, *client.data(), self.num_classes)
+        return self.personal(client), loss
+
+    def uploaded(
+        self, client: Client, net: nn.Module, train_loss: torch.Tensor, message: Message
+    ) -> Update:
+        local, counts = feature_prototypes(net, *client.data(), self.num_classes)
         update = Update(
             client.id,
             client.num_samples,
             payload=self.upload(local, counts),
             metrics={"train_loss": train_loss},
         )
-        return self.keep(client, model, update)
+        return self.keep(client, net, update)
 
     @staticmethod
     def upload(prototypes: torch.Tensor, counts: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -111,8 +116,12 @@ class FedProto(PersonalStrategy):
         return pack(prototypes, counts)
 
     def absorb(self, update: Update) -> None:
-        protos, counts, _ = unpack(update.payload, self.num_classes, self.feature_dim, self.device)
+        protos, counts, held = unpack(
+            update.payload, self.num_classes, self.feature_dim, self.device
+        )
         self._averager.add(protos, counts)
+        classes = torch.nonzero(held).flatten()
+        self.leakage.add(update.client_id, protos[classes], classes)
 
     def finish(self, round_idx: int) -> None:
         self.round_metrics = {}
@@ -122,6 +131,7 @@ class FedProto(PersonalStrategy):
         self.round_metrics["proto_accuracy"] = prototype_accuracy(
             self.shown, x, dataset.y_test, self.prototypes, self.mask
         )
+        self.round_metrics.update(self.leakage.measure(round_idx))
 
     def global_prototypes(self, round_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The server step: this round's count-weighted mean per class, and its mask."""
@@ -129,10 +139,19 @@ class FedProto(PersonalStrategy):
         self._averager = PrototypeAverager(self.num_classes, self.feature_dim, self.device)
         return result
 
+    def summary_metrics(self) -> dict[str, Any]:
+        return {**super().summary_metrics(), **self.leakage.last}
+
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "prototypes": self.prototypes, "mask": self.mask}
+        return {
+            **super().state_dict(),
+            "prototypes": self.prototypes,
+            "mask": self.mask,
+            "leakage": dict(self.leakage.last),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.prototypes = state["prototypes"].to(self.device)
         self.mask = state["mask"].to(self.device)
+        self.leakage.last = dict(state["leakage"])

@@ -107,6 +107,7 @@ class FedTGP(FedProto):
         classes = torch.nonzero(held).flatten()
         self._uploads.append((protos[classes], classes))
         self._averager.add(protos, held)  # the class centers: unweighted means over clients
+        self.leakage.add(update.client_id, protos[classes], classes)
 
     def global_prototypes(self, round_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Train the TGP on the round's uploads with the adaptive margin; every class's P_c."""

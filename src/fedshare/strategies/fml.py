@@ -18,12 +18,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from fedshare.config.rules import FRACTION, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.messages import Message, Update
 from fedshare.functional.logit_sharing import kl_to
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import LossFn
 from fedshare.strategies._shared_model import Pair, SharedModelStrategy
 from fedshare.strategies.base import register_strategy, sent_weights
 
@@ -47,13 +48,16 @@ class FML(SharedModelStrategy):
     alpha: float = ruled(0.5, FRACTION, source="paper: FML (Shen et al. 2020), α = 0.5")
     beta: float = ruled(0.5, FRACTION, source="paper: FML (Shen et al. 2020), β = 0.5")
 
-    def client_update(self, client: Client, message: Message) -> Update:
-        pair = self.pair(client, sent_weights(message))
-
+    def local_step(self, client: Client, message: Message) -> tuple[nn.Module, LossFn]:
         def loss(net: Pair, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return mutual_loss(net.personal(x), net.shared(x), y, self.alpha, self.beta)
 
-        train_loss = train_local(client, pair, loss)
+        return self.pair(client, sent_weights(message)), loss
+
+    def uploaded(
+        self, client: Client, pair: nn.Module, train_loss: torch.Tensor, message: Message
+    ) -> Update:
+        assert isinstance(pair, Pair)
         update = Update(
             client.id,
             client.num_samples,

@@ -23,7 +23,7 @@ from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.engine.messages import Message, Update
 from fedshare.models.base import as_block_model
-from fedshare.strategies._local import train_local
+from fedshare.strategies._local import LossFn, cross_entropy_loss
 from fedshare.strategies._personal import PersonalStrategy
 from fedshare.strategies.base import SetupContext, register_strategy, sent_weights
 
@@ -53,11 +53,17 @@ class LGFedAvg(PersonalStrategy):
     def broadcast(self, round_idx: int) -> Message:
         return Message(weights=self.global_head)
 
-    def client_update(self, client: Client, message: Message) -> Update:
-        model = load_head(self.personal(client), sent_weights(message))
-        loss = train_local(client, model)
+    def local_step(self, client: Client, message: Message) -> tuple[nn.Module, LossFn]:
+        return load_head(self.personal(client), sent_weights(message)), cross_entropy_loss
+
+    def uploaded(
+        self, client: Client, model: nn.Module, train_loss: torch.Tensor, message: Message
+    ) -> Update:
         update = Update(
-            client.id, client.num_samples, weights=head_weights(model), metrics={"train_loss": loss}
+            client.id,
+            client.num_samples,
+            weights=head_weights(model),
+            metrics={"train_loss": train_loss},
         )
         return self.keep(client, model, update)
 

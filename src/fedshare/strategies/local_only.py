@@ -4,9 +4,7 @@ nothing, the floor every heterogeneous-FL table reports (e.g. FedProto's "Local"
 
 from dataclasses import dataclass
 
-from fedshare.engine.client import Client
-from fedshare.engine.messages import Message, Update
-from fedshare.strategies._local import train_local
+from fedshare.engine.messages import Message
 from fedshare.strategies._personal import PersonalStrategy
 from fedshare.strategies.base import register_strategy
 
@@ -18,10 +16,3 @@ class LocalOnly(PersonalStrategy):
 
     def broadcast(self, round_idx: int) -> Message:
         return Message()
-
-    def client_update(self, client: Client, message: Message) -> Update:
-        model = self.personal(client)
-        loss = train_local(client, model)
-        return self.keep(
-            client, model, Update(client.id, client.num_samples, metrics={"train_loss": loss})
-        )
