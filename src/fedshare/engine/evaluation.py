@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.schema import EvalConfig
 from fedshare.data.dataset import Dataset
 from fedshare.engine.callbacks import Callback, Measure
 from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
@@ -22,9 +23,13 @@ if TYPE_CHECKING:
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, dataset: Dataset, batch_size: int = 1024, per_class: bool = False
+    model: nn.Module,
+    dataset: Dataset,
+    batch_size: int = EvalConfig.batch_size,
+    per_class: bool = False,
 ) -> dict[str, Any]:
-    """Accuracy (percent), mean cross-entropy loss and optionally per-class accuracy."""
+    """Accuracy (percent), mean cross-entropy loss and optionally per-class accuracy (by
+    default in batches of `eval.batch_size`'s default)."""
     n = len(dataset.y_test)
     if n == 0 or batch_size < 1:
         raise FedshareError(
