@@ -14,6 +14,7 @@ from fedshare.errors import FedshareError
 from fedshare.reproduce import docs as docs_markers
 from fedshare.reproduce.jobs import (
     Job,
+    Scale,
     available_jobs,
     cells,
     cost_s,
@@ -191,6 +192,14 @@ def provenance(entry: dict[str, str]) -> str:
     return "; ".join(str(entry[k]) for k in ("command", "date", "source") if entry.get(k))
 
 
+def recipe_caption(spec: Scale) -> str:
+    """The training recipe the scale's methods share, and the methods that train otherwise."""
+    if not spec.recipe:
+        return ""
+    others = "; ".join(f"{m}: {why}" for m, why in spec.recipe_exceptions.items())
+    return f"Training recipe: {spec.recipe}" + (f" (except {others})" if others else "") + ".\n\n"
+
+
 def render(
     table: str, out: Path, scale: str, args: argparse.Namespace
 ) -> tuple[list[Measured], str]:
@@ -200,6 +209,7 @@ def render(
     stats = chosen_stats(table, scale, args)
     items = measure(chosen, job.numbers, out, stats, spec.metric, spec.lists)
     head = f"Scale `{scale}`: {spec.note}.\n\n" if spec.note else ""
+    head += recipe_caption(spec)
     if out.is_file():
         stored = load_stored(out)
         source = provenance(stored)

@@ -11,7 +11,9 @@ under the data root, the estimated time of a cell on the project's 2-core CPU, t
 statistics `report` prints beside the metric (`stats`, top level or per scale; a named check may
 read another `metric` than its tables') and, for `report`, optionally a `layout` (the same cells
 as rows × a parameter's values, e.g. ε), `lists` (summary keys holding a list per run, e.g.
-per-client accuracies) and `column_means` (each row's mean over the columns). A job without
+per-client accuracies) and `column_means` (each row's mean over the columns), and the
+training recipe its methods share (`recipe`, top level or per scale; `recipe_exceptions`: the
+methods whose paper fixes another, and why), printed in the report's caption. A job without
 `numbers` is a set of checks of no paper table (`baselines/checks`): each scale names its own
 columns and methods (`extra_methods`) and its cells have no paper number. A column is
 a table's `preset` (`xormixfl/table2 partition.target_labels=[0]`), a method one of the
@@ -25,7 +27,7 @@ with later overrides of the same key replacing earlier ones (docs/reproduce.md).
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -97,6 +99,12 @@ class Scale:
     """Summary keys whose value is a list per run (`report` prints it element by element)."""
     column_means: bool = False
     """`report` adds each row's mean over the columns beside the paper's (`render.column_means`)."""
+    recipe: str = ""
+    """The training recipe every method of a column runs under (optimizer, lr, momentum, local
+    epochs, batch size), in words: the job's `recipe` unless the scale states its own."""
+    recipe_exceptions: Mapping[str, str] = field(default_factory=dict)
+    """Method → why it trains under another recipe than the column's other methods (where its
+    paper fixes one); every other method resolves the same recipe (a test checks it)."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +227,8 @@ def _scale(name: str, raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> Sc
         layout=_layout(f"scale {name}", raw.get("layout")),
         lists=_tuple(raw.get("lists")),
         column_means=bool(raw.get("column_means", False)),
+        recipe=str(raw.get("recipe", defaults.get("recipe", ""))),
+        recipe_exceptions={str(m): str(w) for m, w in (raw.get("recipe_exceptions") or {}).items()},
     )
 
 

@@ -14,9 +14,10 @@ m = the number of clients. The mean over the cohort S is weighted by sample coun
 (Algorithm 1). State and h cover the trainable parameters; buffers (BatchNorm statistics) are
 averaged. Only weights cross the network, so the traffic equals FedAvg's.
 
-α defaults to 1e-2, the smallest value of the FedDyn paper's grid (1e-2 to 1e-1); ReBaFL's
-baseline uses its code's 1e-4 (its Section 5.1 names no value), which the ReBaFL tables set
-explicitly. ReBaFL's code keeps h pre-divided by α, which is the same rule.
+α defaults to 1e-2, the value of the FedDyn authors' code (alpemreacar/FedDyn,
+example_cifar_10.py, alpha_coef); ReBaFL's baseline uses its code's 1e-4 (its Section 5.1
+names no value), which the ReBaFL tables set explicitly. ReBaFL's code keeps h pre-divided by
+α, which is the same rule.
 
 Optimizer: any. The two terms are the gradient of the local objective, so every optimizer
 minimises the same objective, and the state update ∇L_k ← ∇L_k − α(θ_k^t − θ^{t−1}) is the
