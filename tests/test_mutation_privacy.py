@@ -214,3 +214,11 @@ def test_a_tracker_of_no_clients_reports_zero_exposure():
         "exposure_data_total": 0.0,
         "exposure_clients": 0.0,
     }
+
+
+def test_one_client_of_one_sample_is_fully_exposed():
+    tracker = ExposureTracker([1])
+    tracker.record_shared(0, torch.tensor([0]))
+    tracker.record_delivery([0], [0])
+    assert tracker.data_fractions() == [1.0]
+    assert tracker.pair_exposure() == 1.0
