@@ -222,3 +222,9 @@ def test_one_client_of_one_sample_is_fully_exposed():
     tracker.record_delivery([0], [0])
     assert tracker.data_fractions() == [1.0]
     assert tracker.pair_exposure() == 1.0
+
+
+def test_the_expected_pair_exposure_is_zero_before_the_second_round():
+    assert expected_pair_exposure(0, 0.5) == 0.0
+    assert expected_pair_exposure(1, 0.5) == 0.0
+    assert expected_pair_exposure(3, 0.5) == pytest.approx(1 - 0.75**2)
