@@ -780,6 +780,8 @@ METHODS: dict[str, Target] = {
                 "classical_mds_keeps_the_largest_eigenvalues",
                 "distance_stats_of_no_samples_are_nan_under_the_prefix",
                 "a_tracker_of_no_clients_reports_zero_exposure",
+                "one_client_of_one_sample_is_fully_exposed",
+                "the_expected_pair_exposure_is_zero_before_the_second_round",
             )
         ),
     ),

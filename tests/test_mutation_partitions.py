@@ -475,3 +475,8 @@ def test_shards_are_the_repaired_random_assignment_draw_for_draw(seed):
     got = split(labels, 12, {"name": "shards", "shards_per_client": 3}, seed)
     assert [p.tolist() for p in got] == reference_shards(labels, 12, 3, np.random.default_rng(seed))
     assert all(len(set(labels[p].tolist())) == 3 for p in got)
+
+
+def test_shards_refuse_zero_shards_per_client():
+    with pytest.raises(FedshareError, match="shards_per_client=0 must be between 1 and the 4"):
+        split(np.repeat(np.arange(4), 2), 4, {"name": "shards", "shards_per_client": 0}, 0)

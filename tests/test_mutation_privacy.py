@@ -214,3 +214,17 @@ def test_a_tracker_of_no_clients_reports_zero_exposure():
         "exposure_data_total": 0.0,
         "exposure_clients": 0.0,
     }
+
+
+def test_one_client_of_one_sample_is_fully_exposed():
+    tracker = ExposureTracker([1])
+    tracker.record_shared(0, torch.tensor([0]))
+    tracker.record_delivery([0], [0])
+    assert tracker.data_fractions() == [1.0]
+    assert tracker.pair_exposure() == 1.0
+
+
+def test_the_expected_pair_exposure_is_zero_before_the_second_round():
+    assert expected_pair_exposure(0, 0.5) == 0.0
+    assert expected_pair_exposure(1, 0.5) == 0.0
+    assert expected_pair_exposure(3, 0.5) == pytest.approx(1 - 0.75**2)

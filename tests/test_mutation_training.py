@@ -37,6 +37,8 @@ def test_positions_are_endless_without_epochs_and_drawn_lazily():
     assert torch.equal(next(stream), torch.randperm(4, generator=ref))
     assert len([next(stream) for _ in range(10)]) == 10
     assert list(shuffled_positions(4, 2, gen, "cpu", epochs=0)) == []
+    one_pass = shuffled_positions(5, 2, gen, "cpu", epochs=1)
+    assert [len(b) for b in one_pass] == [2, 2, 1]  # the partial batch is kept by default
 
 
 def test_fit_steps_once_per_batch_with_the_hook_between_backward_and_step():
