@@ -67,7 +67,7 @@ def resolve_config(
 def assemble(
     strategy: Strategy,
     data: FederatedData,
-    model: nn.Module | str = "auto",
+    model: nn.Module | str,
     *,
     rounds: int | None = None,
     seed: int | None = None,
