@@ -1,7 +1,7 @@
 """Evaluation of the global model on the test set, and the run's evaluator."""
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedshare.data.dataset import Dataset
+from fedshare.data.federated import FederatedData
 from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
 from fedshare.errors import FedshareError, NonFiniteLossError
 from fedshare.metrics.separability import davies_bouldin, has_features, penultimate
@@ -19,26 +20,42 @@ if TYPE_CHECKING:
     from fedshare.engine.simulation import Simulation
 
 
-@torch.no_grad()
 def evaluate(
     model: nn.Module, dataset: Dataset, batch_size: int = 1024, per_class: bool = False
 ) -> dict[str, Any]:
-    """Accuracy (percent), mean cross-entropy loss and optionally per-class accuracy."""
+    """Accuracy (percent), mean cross-entropy loss and optionally per-class accuracy on the
+    test set."""
     n = len(dataset.y_test)
     if n == 0 or batch_size < 1:
         raise FedshareError(
             f"cannot evaluate on {n} test samples of {dataset.name} in batches of {batch_size}: "
             f"an accuracy needs at least one sample and eval.batch_size >= 1"
         )
+    batches = [
+        (dataset.x_test[start : start + batch_size], dataset.y_test[start : start + batch_size])
+        for start in range(0, n, batch_size)
+    ]
+    return evaluate_batches(model, dataset, batches, per_class)
+
+
+@torch.no_grad()
+def evaluate_batches(
+    model: nn.Module,
+    dataset: Dataset,
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    per_class: bool = False,
+) -> dict[str, Any]:
+    """Accuracy (percent), mean cross-entropy loss and optionally per-class accuracy over
+    `batches` of raw inputs and labels of `dataset` (prepared without augmentation), with
+    the model in eval mode."""
+    n = sum(len(y) for _, y in batches)
     was_training = model.training
     model.eval()
     correct = torch.zeros(dataset.num_classes, device=dataset.device)
     total = torch.zeros(dataset.num_classes, device=dataset.device)
     loss_sum = torch.zeros((), device=dataset.device)
-    for start in range(0, n, batch_size):
-        x = dataset.prepare(dataset.x_test[start : start + batch_size])
-        y = dataset.y_test[start : start + batch_size]
-        logits = model(x)
+    for raw, y in batches:
+        logits = model(dataset.prepare(raw))
         loss_sum += F.cross_entropy(logits, y, reduction="sum")
         hit = (logits.argmax(dim=1) == y).float()
         correct.index_add_(0, y, hit)
@@ -54,10 +71,21 @@ def evaluate(
     return result
 
 
+def validation_metrics(data: FederatedData, model: nn.Module, batch_size: int) -> dict[str, float]:
+    """`val_accuracy` and `val_loss` of `model` on the run's validation split (none without
+    `data.val_fraction`)."""
+    batches = data.validation_batches(batch_size)
+    if not batches:
+        return {}
+    result = evaluate_batches(model, data.dataset, batches)
+    return {"val_accuracy": result["accuracy"], "val_loss": result["loss"]}
+
+
 class Evaluator:
-    """What a run measures of its global model after an evaluated round (accuracy and loss,
-    with `eval.personal` the clients' personal accuracy, with `eval.davies_bouldin` the
-    features' separability) and once at its end (`eval.context_attack`)."""
+    """What a run measures of its global model after an evaluated round (accuracy and loss on
+    the test set, and on the validation split where the run has one; with `eval.personal`
+    the clients' personal accuracy, with `eval.davies_bouldin` the features' separability)
+    and once at its end (`eval.context_attack`)."""
 
     def __init__(self, sim: "Simulation") -> None:
         self.sim = sim
@@ -76,6 +104,7 @@ class Evaluator:
                 f"or infinite values, so the run diverged; look for a non-finite or extreme "
                 f"strategy parameter, or lower train.lr"
             )
+        result.update(validation_metrics(sim.data, model, cfg.batch_size))
         if cfg.personal or sim.architectures.models is not None:
             result.update(self._personal_metrics())
         model = sim.strategy.global_model()
