@@ -2,6 +2,9 @@
 
     python -m fedshare.run tuned=tuning/fedprox-digits-dir0.1/tuned.yaml seed=1
 
+(a relative path that is not there is looked for in `configs/tune/`, where the tuned files of
+docs/tuning.md's comparison are)
+
 puts the file's `overrides` (the strategy, the chosen values, the validation split) before the
 command line's own (so a typed key still wins), `config.yaml` records `tuned: <file>` and
 `summary.json` records the file's `tuned` block (objective, trials, rounds, sampler, space).
@@ -27,9 +30,19 @@ def write_tuned(path: Path, overrides: Sequence[str], how: Mapping[str, Any]) ->
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
+def tuned_file(path: str | Path) -> Path:
+    """`path` as given, or else inside `configs/tune/` (where the stored comparison's tuned
+    files are: `tuned=tuned/digits_pat2/fedprox.yaml`)."""
+    from fedshare.run import config_dir
+
+    file = Path(path)
+    shipped = config_dir() / "tune" / file
+    return shipped if not file.is_file() and not file.is_absolute() and shipped.is_file() else file
+
+
 def read_tuned(path: str | Path) -> dict[str, Any]:
     """A tuned file's content, checked: `overrides` (a list of key=value) and `tuned`."""
-    file = Path(path)
+    file = tuned_file(path)
     if not file.is_file():
         raise FedshareError(
             f"tuned={path}: no such file; give a file that python -m fedshare.tune wrote"
