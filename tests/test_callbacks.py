@@ -65,3 +65,19 @@ def test_early_stopping_and_time_budget(tmp_path):
     patient = EarlyStopping(patience=1, min_delta=100.0)  # no round can improve by 100 points
     assert run(tmp_path / "a", [patient]).summary["rounds_completed"] == 2
     assert run(tmp_path / "b", [TimeBudget(0.0)]).summary["rounds_completed"] == 1
+
+
+def test_evaluation_is_a_callback_and_a_users_measure_joins_the_record(tmp_path):
+    class Norm(Callback):
+        def measure(self, sim):
+            model = sim.strategy.global_model()
+            return lambda: {"weight_norm": sum(float(p.norm()) for p in model.parameters())}
+
+    recorder = Recorder()
+    result = run(tmp_path, [Norm(), recorder], eval={"every": 2}, progress=True)
+    records = read_metrics(tmp_path / "r" / "metrics.jsonl")
+    assert [r["round"] for r in records] == [1, 2, 3, 4]
+    assert all(r["weight_norm"] > 0 for r in records)
+    assert ["accuracy" in r for r in records] == [False, True, False, True]
+    assert recorder.events[1:5] == [f"round{k}:True" for k in (1, 2, 3, 4)]
+    assert result.summary["final_accuracy"] == records[-1]["accuracy"]

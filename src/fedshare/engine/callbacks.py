@@ -1,9 +1,12 @@
-"""Callbacks: what happens around the rounds (logging, checkpoints, progress, stopping).
+"""Callbacks: what happens around the rounds (evaluation, logging, checkpoints, progress,
+stopping).
 
-A callback sees the `Simulation` at the start, after every round (with the round's evaluated
-record, or None when the round was not evaluated) and at the end (also after an error;
-`sim.status` says how the run ended). `on_round_end` returning True stops the run after that
-round with status "stopped". The engine's own logging, checkpoints and progress bar are
+A callback sees the `Simulation` at the start, after every round and at the end (also after an
+error; `sim.status` says how the run ended). After a round, `measure` lets a callback measure
+the global model (the evaluation, `fedshare.engine.evaluation`); a round something measured
+becomes a record of the history, which every callback's `on_round_end` then receives (None for
+a round nothing measured). `on_round_end` returning True stops the run after that round with
+status "stopped". The engine's own evaluation, logging, checkpoints and progress bar are
 callbacks too; users add theirs with `simulate(..., callbacks=[...])`.
 """
 
@@ -18,6 +21,8 @@ if TYPE_CHECKING:
     from fedshare.engine.simulation import Simulation
 
 Record = dict[str, Any] | None
+Measure = Callable[[], dict[str, Any]]
+"""A round's measurement, run by the process that writes the run's files."""
 RoundFunction = Callable[["Simulation", int, Record], bool | None]
 
 
@@ -27,12 +32,22 @@ class Callback:
     def on_begin(self, sim: "Simulation") -> None:
         """Before the first round to run (after a resume: the first round not yet run)."""
 
+    def measure(self, sim: "Simulation") -> Measure | None:
+        """After round `sim.rounds_completed`, before `on_round_end`: the function that
+        measures what this callback measures of the round (its keys go into the round's
+        record), or None when it measures nothing this round."""
+        return None
+
     def on_round_end(self, sim: "Simulation", record: Record) -> bool | None:
         """After round `sim.rounds_completed`; return True to stop the run here."""
         return None
 
     def on_stage(self, sim: "Simulation", text: str) -> None:
         """The round's current stage changed (a phase, clients done, a server step)."""
+
+    def on_complete(self, sim: "Simulation") -> dict[str, Any]:
+        """Every round ran (before `on_end`): keys this callback adds to `summary.json`."""
+        return {}
 
     def on_end(self, sim: "Simulation") -> None:
         """After the last round, a stop, or an error (`sim.status`)."""
@@ -50,6 +65,27 @@ class AfterRound(Callback):
 
 def as_callback(item: Callback | RoundFunction) -> Callback:
     return item if isinstance(item, Callback) else AfterRound(item)
+
+
+def round_record(sim: "Simulation", info: dict[str, Any], callbacks: list[Callback]) -> Record:
+    """The record of the round just run when a callback measures it (the evaluation, when
+    due), else None: the measures, the time and traffic so far and the round's `info`. The
+    measures run on the process that writes (`Executor.on_writer`)."""
+    measures = [m for m in (callback.measure(sim) for callback in callbacks) if m is not None]
+    if not measures:
+        return None
+
+    def make() -> dict[str, Any]:
+        measured = {key: value for measure in measures for key, value in measure().items()}
+        return {
+            "round": sim.rounds_completed,
+            **measured,
+            "wall_time_s": round(sim.elapsed(), 3),
+            **sim.traffic.as_dict(),
+            **info,
+        }
+
+    return sim.executor.on_writer(make)
 
 
 class MetricsLog(Callback):

@@ -1,7 +1,8 @@
-"""Evaluation of the global model on the test set, and the run's evaluator."""
+"""Evaluation of the global model on the test set, and the run's evaluation callback."""
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -11,6 +12,7 @@ from torch import nn
 
 from fedshare.data.dataset import Dataset
 from fedshare.data.federated import FederatedData
+from fedshare.engine.callbacks import Callback, Measure
 from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
 from fedshare.errors import FedshareError, NonFiniteLossError
 from fedshare.metrics.separability import davies_bouldin, has_features, penultimate
@@ -81,20 +83,32 @@ def validation_metrics(data: FederatedData, model: nn.Module, batch_size: int) -
     return {"val_accuracy": result["accuracy"], "val_loss": result["loss"]}
 
 
-class Evaluator:
-    """What a run measures of its global model after an evaluated round (accuracy and loss on
-    the test set, and on the validation split where the run has one; with `eval.personal`
-    the clients' personal accuracy, with `eval.davies_bouldin` the features' separability)
-    and once at its end (`eval.context_attack`)."""
+class Evaluation(Callback):
+    """The engine's evaluation, a callback: after every `eval.every` rounds and the last, the
+    global model's test accuracy and loss (and on the validation split where the run has one),
+    with `eval.personal` (or clients of several architectures) the clients' personal accuracy,
+    with `eval.davies_bouldin` the features' separability (FLea, Fig. 3), and after a completed
+    run `eval.context_attack` (FLea's context-identification attack, Fig. 9(d)). It comes
+    first, so the other callbacks see its record."""
 
-    def __init__(self, sim: "Simulation") -> None:
-        self.sim = sim
+    def __init__(self) -> None:
         self._personal_splits: Any = None
 
-    def record(self, info: Mapping[str, Any]) -> dict[str, Any]:
-        """The evaluated round's history record: the measures, the time and traffic so far
-        and the round's `info`. A non-finite test loss stops the run as diverged."""
-        sim, cfg = self.sim, self.sim.config.eval
+    def on_begin(self, sim: "Simulation") -> None:
+        """With `eval.davies_bouldin`, each client of a round's first phase is measured after
+        its step too (by the executor, where the client ran)."""
+        sim.measure_local = sim.config.eval.davies_bouldin and has_features(sim.worker)
+
+    def measure(self, sim: "Simulation") -> Measure | None:
+        rounds, cfg = sim.rounds_completed, sim.config
+        if rounds % cfg.eval.every == 0 or rounds == cfg.rounds:
+            return partial(self.measures, sim)
+        return None
+
+    def measures(self, sim: "Simulation") -> dict[str, Any]:
+        """The global model's measures after round `sim.rounds_completed`. A non-finite test
+        loss stops the run as diverged."""
+        cfg = sim.config.eval
         model = sim.strategy.global_model()
         result = evaluate(model, sim.data.dataset, cfg.batch_size, cfg.per_class)
         if not math.isfinite(result["loss"]):
@@ -106,22 +120,15 @@ class Evaluator:
             )
         result.update(validation_metrics(sim.data, model, cfg.batch_size))
         if cfg.personal or sim.architectures.models is not None:
-            result.update(self._personal_metrics())
+            result.update(self._personal_metrics(sim))
         model = sim.strategy.global_model()
         if cfg.davies_bouldin and has_features(model):
             dataset = sim.data.dataset
             test = penultimate(model, dataset.x_test, dataset.prepare)
             result["test_davies_bouldin"] = davies_bouldin(test, dataset.y_test)
-        return {
-            "round": sim.rounds_completed,
-            **result,
-            "wall_time_s": round(sim.elapsed(), 3),
-            **sim.traffic.as_dict(),
-            **info,
-        }
+        return result
 
-    def _personal_metrics(self) -> dict[str, float]:
-        sim = self.sim
+    def _personal_metrics(self, sim: "Simulation") -> dict[str, float]:
         if self._personal_splits is None:
             self._personal_splits = personal_test_splits(
                 np.asarray(sim.data.partition.class_counts),
@@ -138,11 +145,12 @@ class Evaluator:
             names,
         )
 
-    def context_attack(self) -> dict[str, Any]:
+    def on_complete(self, sim: "Simulation") -> dict[str, Any]:
         """`eval.context_attack` on what the finished run shared (for `summary.json`)."""
-        sim = self.sim
         sizes = sim.config.eval.context_attack
+        if not sizes or not sim.executor.writes:
+            return {}
         view = sim.strategy.context_view()
-        if sizes and view is not None:
-            return run_attack_summary(view, sim.data.dataset, sizes, sim.config.seed)
-        return {}
+        if view is None:
+            return {}
+        return run_attack_summary(view, sim.data.dataset, sizes, sim.config.seed)

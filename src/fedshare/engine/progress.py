@@ -67,7 +67,8 @@ class Progress:
             self.bar.set_postfix_str(self._postfix(None), refresh=False)
             self.bar.update(1)
         elif self.lines:
-            accuracy = f"acc {record['accuracy']:6.2f}%" if record else "acc      -"
+            value = record.get("accuracy") if record else None
+            accuracy = f"acc {value:6.2f}%" if value is not None else "acc      -"
             loss = f"loss {record['loss']:.4f}" if record and "loss" in record else "loss -"
             self._print(
                 f"{self._round_tag(rounds_completed)}  {accuracy}  {loss}  "

@@ -1,17 +1,16 @@
 """The round loop (docs/engine.md): sample a cohort, deliver the strategy's messages, collect
-the clients' updates, aggregate, evaluate when due, call the callbacks.
+the clients' updates, aggregate, call the callbacks.
 
 How a phase's clients run (one after another, batched under vmap, shared among processes) is
 the executor's business (`fedshare.engine.executors`), chosen once when the simulation is
-built; the run folder (checks, checkpoints, final files) is `fedshare.engine.run_folder`'s,
-the measures `fedshare.engine.evaluation`'s; metrics lines, checkpoints, progress and the
-experiment trackers are callbacks (`fedshare.engine.callbacks`, `fedshare.tracking`).
+built; the run folder (checks, checkpoints, final files) is `fedshare.engine.run_folder`'s;
+evaluation, metrics lines, checkpoints, progress and the experiment trackers are callbacks
+(`fedshare.engine.evaluation`, `fedshare.engine.callbacks`, `fedshare.tracking`).
 """
 
 import copy
 from collections.abc import Mapping
 from dataclasses import asdict
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,13 @@ from fedshare.engine.callbacks import (
     ResultFiles,
     RoundFunction,
     as_callback,
+    round_record,
 )
 from fedshare.engine.client_state import ClientStates
 from fedshare.engine.clock import RunClock
 from fedshare.engine.device import resolve_device, uses_channels_last
 from fedshare.engine.distributed import RankGroup
-from fedshare.engine.evaluation import Evaluator
+from fedshare.engine.evaluation import Evaluation
 from fedshare.engine.executors import PhaseRun, RoundStats, make_executor
 from fedshare.engine.kept_messages import Inboxes, KeptMessages
 from fedshare.engine.optim import learning_rate
@@ -47,7 +47,6 @@ from fedshare.engine.setup import set_up
 from fedshare.engine.signals import held_signals
 from fedshare.engine.summary import run_summary
 from fedshare.errors import FedshareError, NonFiniteLossError, error_sentence
-from fedshare.metrics.separability import has_features
 from fedshare.models.base import prepare_for_device
 from fedshare.results.rundir import RunDirectory
 from fedshare.runtime import steady_malloc
@@ -62,9 +61,8 @@ class Simulation:
     """Runs `strategy` on `data` for `config.rounds` synchronous rounds.
 
     Per round: sample the cohort (fraction/per_round, then availability), run each of the
-    strategy's phases (broadcast -> the members' client steps -> aggregate), evaluate every
-    `eval.every` rounds and at the last, then the callbacks (metrics line, checkpoint,
-    progress, the user's).
+    strategy's phases (broadcast -> the members' client steps -> aggregate), then the
+    callbacks (evaluation when due, metrics line, checkpoint, progress, the user's).
     """
 
     def __init__(
@@ -129,8 +127,11 @@ class Simulation:
         self.error: str | None = None
         self.status = "running"
         self.clock = RunClock()
-        self.evaluator = Evaluator(self)
-        self.context_summary: dict[str, Any] = {}
+        self.measure_local = False
+        """Measure each client of a round's first phase after its step (the evaluation's
+        `eval.davies_bouldin` switches it on)."""
+        self.completed_summary: dict[str, Any] = {}
+        """What the callbacks add to `summary.json` when every round ran."""
         self._active_callbacks: list[Callback] = []
         self.model_spec: tuple[str, dict[str, Any]] = (type(model).__name__, {})
         """(registry name, options) of the model, for `model.pt` (`fedshare.load_model`)."""
@@ -142,7 +143,6 @@ class Simulation:
         cohort = self.sampler.cohort(round_idx)
         stats = RoundStats()
         shared_before = self.traffic.bytes_shared
-        measure = self.config.eval.davies_bouldin and has_features(self.worker)
         for i, phase in enumerate(self.strategy.phases()):
             members = (
                 cohort if phase.participants is None else phase.participants(round_idx, cohort)
@@ -151,7 +151,7 @@ class Simulation:
             self.traffic.sent_down(message.weights, message.payload, len(members))
             if phase.keep:
                 self.kept.keep(phase.name, message, members)
-            run = PhaseRun(phase, message, members, round_idx, stats, measure and i == 0)
+            run = PhaseRun(phase, message, members, round_idx, stats, self.measure_local and i == 0)
             self.executor.run_phase(run)
         return {
             "clients": len(cohort),
@@ -207,7 +207,7 @@ class Simulation:
         cfg = self.config
         self.clock.start()
         saver = Checkpoints(cfg.checkpoint.every)
-        callbacks = [MetricsLog(), saver]
+        callbacks: list[Callback] = [Evaluation(), MetricsLog(), saver]
         callbacks += [ProgressBar()] if self.executor.writes else []
         callbacks += [*(as_callback(c) for c in self.callbacks), ResultFiles()]
         self._active_callbacks = callbacks
@@ -217,9 +217,8 @@ class Simulation:
             for round_idx in range(self.rounds_completed, cfg.rounds):
                 info = self.run_round(round_idx)
                 self.rounds_completed = round_idx + 1
-                record = None
-                if self.rounds_completed % cfg.eval.every == 0 or round_idx == cfg.rounds - 1:
-                    record = self.executor.on_writer(partial(self.evaluator.record, info))
+                record = round_record(self, info, callbacks)
+                if record is not None:
                     self.history.append(record)
                 stops = []
                 for callback in callbacks:
@@ -251,14 +250,14 @@ class Simulation:
         return RunResult(self.history, summary, self.strategy, self.dir.path if self.dir else None)
 
     def _completed(self) -> None:
-        """Every round ran: every client downloads a one-shot result once, the context attack
-        runs on what was shared, the processes report their measurements."""
+        """Every round ran: every client downloads a one-shot result once, the callbacks add
+        their last measures (the context attack), the processes report their measurements."""
         self.status = "completed"
         final = self.strategy.final_download()
         if final is not None:
             self.traffic.sent_down(final.weights, final.payload, self.data.num_clients)
-        if self.executor.writes:
-            self.context_summary = self.evaluator.context_attack()
+        for callback in self._active_callbacks:
+            self.completed_summary.update(callback.on_complete(self))
         self.executor.finish()
 
     def _stopped(self, status: str, err: BaseException) -> None:

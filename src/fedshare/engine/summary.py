@@ -54,5 +54,5 @@ def run_summary(sim: "Simulation", elapsed: float) -> dict[str, Any]:
         **sim.executor.processes(),
         **sim.strategy.summary_metrics(),
         **personal_summary(sim),
-        **sim.context_summary,
+        **sim.completed_summary,
     )
