@@ -95,6 +95,7 @@ def test_the_command_line_wins_over_the_tuned_file_and_keeps_its_strategy(tmp_pa
     write_tuned(tuned_file, ["strategy=fedprox", "strategy.mu=0.25"], {"trials": 2})
     args = [f"tuned={tuned_file}", "strategy.mu=0.5"]
     assert expand_tuned(args) == ["strategy=fedprox", "strategy.mu=0.25", *args]
+    assert expand_tuned(["-m", *args])[:2] == ["-m", "strategy=fedprox"]
     with pytest.raises(FedshareError, match=r"strategy=fedavg but tuned=.* strategy=fedprox"):
         expand_tuned([f"tuned={tuned_file}", "strategy=fedavg"])
     with pytest.raises(FedshareError, match="no such file"):
@@ -143,3 +144,33 @@ def test_every_space_file_loads_on_top_of_the_learning_rate_rule():
     assert prox["train.lr"].times_default
     with pytest.raises(FedshareError, match="needs numbers low < high"):
         parse_range("train.lr", {"low": 1, "high": 0.1}, "x.yaml")
+
+
+def test_a_relative_tuned_path_is_also_looked_for_in_the_configs():
+    from fedshare.run import config_dir
+    from fedshare.tune.tuned import read_tuned, tuned_file
+
+    stored = sorted((config_dir() / "tune" / "tuned").rglob("*.yaml"))
+    assert stored, "the tuned comparison's files are stored in configs/tune/tuned/"
+    relative = stored[0].relative_to(config_dir() / "tune")
+    assert tuned_file(relative, config_dir()) == stored[0]
+    assert read_tuned(relative, config_dir())["tuned"]["budget_rounds"] > 0
+    assert tuned_file("nowhere.yaml", config_dir()) == Path("nowhere.yaml")
+    assert tuned_file(relative) == relative  # without the config folder: the path as given
+
+
+def test_a_sweep_member_gets_the_tuned_values_it_does_not_type(tmp_path):
+    from omegaconf import OmegaConf
+
+    from fedshare.tune.tuned import apply_tuned
+
+    tuned = tmp_path / "tuned.yaml"
+    write_tuned(tuned, ["strategy=fedprox", "strategy.mu=0.25", "train.lr=0.2"], {"trials": 2})
+    cfg = OmegaConf.create(
+        {"tuned": str(tuned), "strategy": {"name": "fedprox", "mu": 0.01}, "train": {"lr": None}}
+    )
+    apply_tuned(cfg, ["strategy=fedprox", f"tuned={tuned}", "train.lr=0.3"])
+    assert cfg.strategy.mu == 0.25 and cfg.train.lr is None  # the member's own lr is kept
+    cfg.strategy.name = "fedavg"
+    with pytest.raises(FedshareError, match="strategy=fedavg but tuned="):
+        apply_tuned(cfg, [])

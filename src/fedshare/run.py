@@ -27,7 +27,7 @@ from fedshare.errors import FedshareError, RankFailure, error_sentence
 from fedshare.results.labels import partition_label, with_validation
 from fedshare.results.rundir import LOCK_FILE, MARKER
 from fedshare.sweep import SOME_MEMBERS_FAILED, SweepOutcome, record_failure
-from fedshare.tune.tuned import expand_tuned, tuned_record
+from fedshare.tune.tuned import apply_tuned, expand_tuned, tuned_record
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -159,7 +159,7 @@ def build_simulation(
         overwrite=run.overwrite,
         group=group,
     )
-    sim.meta.update(tuned_record(run.tuned))
+    sim.meta.update(tuned_record(run.tuned, config_dir()))
     return sim
 
 
@@ -226,9 +226,10 @@ def _main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if isinstance(v, str)}
-    choices["partition"] = run_partition_label(cfg.partition, cfg.data.get("val_fraction"))
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
+        apply_tuned(cfg, hydra_cfg.overrides.task, config_dir())  # a sweep member's tuned file
+        choices["partition"] = run_partition_label(cfg.partition, cfg.data.get("val_fraction"))
         overrides = [*hydra_cfg.overrides.task, *hydra_cfg.overrides.hydra]
         if cfg.resume and not (in_sweep or names_run_dir(overrides)):
             raise FedshareError(
@@ -327,7 +328,7 @@ HELP_FLAGS = {"-h", "--help", "--hydra-help", "--info", "-c", "--cfg"}
 
 def main() -> None:
     try:
-        sys.argv[1:] = expand_tuned(sys.argv[1:])  # a tuned file's values, then the command line's
+        sys.argv[1:] = expand_tuned(sys.argv[1:], config_dir())  # the tuned file's values first
     except FedshareError as err:
         fail(str(err))
     if not HELP_FLAGS & set(sys.argv[1:]):

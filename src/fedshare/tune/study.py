@@ -90,7 +90,7 @@ def run_member(
     from fedshare.results.labels import with_validation
     from fedshare.run import build_simulation, config_dir
 
-    args = expand_tuned(args)
+    args = expand_tuned(args, config_dir())
     cfg = compose_member(args, str(config_dir()))
     check_run(run_values(cfg))
     choice = setting_value(args, "partition") or str(cfg.partition.name)
@@ -206,8 +206,10 @@ def rerun_on_test_seeds(
     """The tuned values on each test seed, as `python -m fedshare.run tuned=<file>` runs
     them (test split read, validation split kept), into `out/test/seed<s>`; the summaries.
     The tuning command's own values of the tuned keys (a default it started from) give way."""
+    from fedshare.run import config_dir
+
     summaries = []
-    chosen = {o.split("=", 1)[0] for o in expand_tuned([f"tuned={tuned_file}"])}
+    chosen = {o.split("=", 1)[0] for o in expand_tuned([f"tuned={tuned_file}"], config_dir())}
     setting = [a for a in request.args if a.lstrip("+").split("=", 1)[0] not in chosen]
     for seed in request.test_seeds:
         folder = request.out / "test" / f"seed{seed}"

@@ -30,19 +30,19 @@ def write_tuned(path: Path, overrides: Sequence[str], how: Mapping[str, Any]) ->
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-def tuned_file(path: str | Path) -> Path:
-    """`path` as given, or else inside `configs/tune/` (where the stored comparison's tuned
-    files are: `tuned=tuned/digits_pat2/fedprox.yaml`)."""
-    from fedshare.run import config_dir
-
+def tuned_file(path: str | Path, configs: Path | None = None) -> Path:
+    """`path` as given, or else inside `<configs>/tune/` (where the stored comparison's tuned
+    files are: `tuned=tuned/digits_pat2/fedprox.yaml`; `configs`: fedshare's config folder)."""
     file = Path(path)
-    shipped = config_dir() / "tune" / file
-    return shipped if not file.is_file() and not file.is_absolute() and shipped.is_file() else file
+    if configs is None or file.is_file() or file.is_absolute():
+        return file
+    shipped = configs / "tune" / file
+    return shipped if shipped.is_file() else file
 
 
-def read_tuned(path: str | Path) -> dict[str, Any]:
+def read_tuned(path: str | Path, configs: Path | None = None) -> dict[str, Any]:
     """A tuned file's content, checked: `overrides` (a list of key=value) and `tuned`."""
-    file = tuned_file(path)
+    file = tuned_file(path, configs)
     if not file.is_file():
         raise FedshareError(
             f"tuned={path}: no such file; give a file that python -m fedshare.tune wrote"
@@ -69,9 +69,10 @@ def tuned_paths(args: Sequence[str]) -> list[str]:
     return [a.split("=", 1)[1] for a in args if a.startswith("tuned=")]
 
 
-def expand_tuned(args: Sequence[str]) -> list[str]:
-    """The command line with the tuned file's overrides before its own arguments (none
-    without `tuned=`); a strategy on the command line must be the file's."""
+def expand_tuned(args: Sequence[str], configs: Path | None = None) -> list[str]:
+    """The command line with the tuned file's overrides after its leading flags (`-m`) and
+    before its other arguments (unchanged without `tuned=`); a strategy on the command line
+    must be the file's."""
     paths = tuned_paths(args)
     if not paths:
         return list(args)
@@ -79,7 +80,7 @@ def expand_tuned(args: Sequence[str]) -> list[str]:
         raise FedshareError(
             f"tuned={','.join(paths)}: a run takes one tuned file (sweep over them with a loop)"
         )
-    overrides = read_tuned(paths[0])["overrides"]
+    overrides = read_tuned(paths[0], configs)["overrides"]
     theirs = [o.split("=", 1)[1] for o in overrides if o.startswith("strategy=")]
     ours = [a.split("=", 1)[1] for a in args if a.startswith("strategy=")]
     if theirs and ours and ours[-1] != theirs[-1]:
@@ -87,12 +88,38 @@ def expand_tuned(args: Sequence[str]) -> list[str]:
             f"strategy={ours[-1]} but tuned={paths[0]} was tuned for strategy={theirs[-1]}; "
             f"leave strategy= out or use that strategy's tuned file"
         )
-    return [*overrides, *args]
+    flags = next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))
+    return [*args[:flags], *overrides, *args[flags:]]
 
 
-def tuned_record(path: str | None) -> dict[str, Any]:
+def apply_tuned(cfg: Any, typed: Sequence[str], configs: Path | None = None) -> None:
+    """Set in the composed config `cfg` each value of its `tuned` file that the run's own
+    overrides `typed` leave unset: how a sweep's member (a `reproduce` cell) gets the values,
+    where `expand_tuned` never saw its overrides. A key the member typed keeps its value, so a
+    single run, whose command line `expand_tuned` already extended, is unchanged by it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    if not cfg.get("tuned"):
+        return
+    path = str(cfg.tuned)
+    own = {str(o).lstrip("+").split("=", 1)[0] for o in typed}
+    overrides = read_tuned(path, configs)["overrides"]
+    for item in OverridesParser.create().parse_overrides(overrides):
+        key = item.key_or_group
+        if key == "strategy":
+            if cfg.strategy.name != item.value():
+                raise FedshareError(
+                    f"strategy={cfg.strategy.name} but tuned={path} was tuned for "
+                    f"strategy={item.value()}; give that strategy or its tuned file"
+                )
+        elif key not in own:
+            OmegaConf.update(cfg, key, item.value(), merge=True)
+
+
+def tuned_record(path: str | None, configs: Path | None = None) -> dict[str, Any]:
     """`summary.json`'s record of a tuned run: `{"tuned": {file, overrides, how}}` ({} if none)."""
     if not path:
         return {}
-    content = read_tuned(path)
+    content = read_tuned(path, configs)
     return {"tuned": {"file": str(path), "overrides": content["overrides"], **content["tuned"]}}
