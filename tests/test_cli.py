@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from fedshare.config.compose import check_command_line, compose_member, override_args
+from fedshare.config.compose import (
+    check_command_line,
+    check_config,
+    check_named_folder,
+    compose_member,
+    override_args,
+)
 from fedshare.config.overrides import check_overrides
 from fedshare.errors import FedshareError
 from fedshare.results.rundir import METRIC_KEYS, SUMMARY_KEYS, read_metrics
@@ -121,11 +127,19 @@ def test_user_errors_give_one_clear_message(tmp_path, args, message):
 
 @pytest.mark.parametrize(("args", "message"), [e for e in USER_ERRORS if "resume=true" not in e[0]])
 def test_user_errors_are_refused_in_one_sentence(tmp_path, monkeypatch, args, message):
-    """Every user error, in-process: the command line's checks (`fedshare.run.main`), then the
-    run built as `fedshare.run.execute` builds it, raise one sentence naming the bad value,
-    with nothing written."""
+    """Every user error, in-process: the command line's checks before Hydra
+    (`fedshare.run.main`), then the composed run checked and built as `fedshare.run.execute`
+    does, raise one sentence naming the bad value, with nothing written; so does a sweep's
+    check of its members."""
     monkeypatch.setenv("FEDSHARE_DATA", str(tmp_path / "empty"))
     argv = [*FAST, *args, f"run_dir={tmp_path / 'e'}"]
+    with pytest.raises(FedshareError) as refused:
+        check_overrides(argv, config_dir())
+        check_named_folder(argv)
+        cfg = compose_member(override_args(argv), str(config_dir()))
+        build_simulation(cfg, tmp_path / "e", {}, strategy=check_config(cfg))
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value)
     with pytest.raises(FedshareError) as refused:
         check_overrides(argv, config_dir())
         check_command_line(argv, config_dir())
@@ -232,3 +246,56 @@ def test_a_resume_reads_the_runs_own_settings_from_its_folder(tmp_path):
     message = str(err.value)
     assert message.startswith(f"cannot resume {folder} with clients.num=10 (the run has 12)")
     assert "\n" not in message
+
+
+def run_counted(monkeypatch, argv: list[str]) -> dict[str, int]:
+    """`fedshare.run.main` in this process with `argv`, counting Hydra's compositions of the
+    config, the strategy builds from the config (`make_strategy`) and the strategy objects
+    made (its client side is one)."""
+    import signal
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.global_hydra import GlobalHydra
+
+    import fedshare.strategies
+    from fedshare.run import main
+    from fedshare.strategies import base
+
+    counts = {"compositions": 0, "builds": 0, "objects": 0}
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    load = ConfigLoaderImpl.load_configuration
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted("compositions", load))
+    build = counted("builds", base.make_strategy)
+    monkeypatch.setattr(base, "make_strategy", build)
+    monkeypatch.setattr(fedshare.strategies, "make_strategy", build)
+    post_init = base.Strategy.__post_init__
+    monkeypatch.setattr(base.Strategy, "__post_init__", counted("objects", post_init))
+    monkeypatch.setattr(sys, "argv", ["fedshare.run", *argv])
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # main sets it; restored afterwards
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        main()
+    finally:
+        GlobalHydra.instance().clear()
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    return counts
+
+
+def test_a_run_is_composed_once_and_builds_its_strategy_once(tmp_path, monkeypatch):
+    """One command-line run, new and resumed: Hydra composes the config once, and the strategy
+    is built once (the check builds it, the run uses it), besides its client side."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["strategy=fedprox", "clients.num=2", "train.local_epochs=1", "progress=false"]
+    argv += [f"run_dir={tmp_path / 'r'}"]
+    once = {"compositions": 1, "builds": 1, "objects": 2}
+    assert run_counted(monkeypatch, [*argv, "rounds=1"]) == once
+    assert run_counted(monkeypatch, [*argv, "rounds=2", "resume=true"]) == once
+    assert [r["round"] for r in read_metrics(tmp_path / "r" / "metrics.jsonl")] == [1, 2]

@@ -78,3 +78,20 @@ def test_a_recorded_failure_can_be_overwritten_by_a_rerun(tmp_path):
     assert json.loads((folder / "summary.json").read_text())["status"] == "failed"
     RunDirectory(folder).clear()
     assert not (folder / "summary.json").exists()
+
+
+def test_a_sweep_composes_and_builds_each_member_once_more_than_a_run(tmp_path, monkeypatch):
+    """Two members that differ in a typed key: the pre-launch check composes their groups once
+    (cached) and builds each member's strategy; Hydra composes once for the sweeper, once per
+    member to validate the batch and once in each member, which builds its strategy once
+    (docs/configuration.md's table)."""
+    from fedshare.config.compose import composed
+    from test_cli import run_counted
+
+    monkeypatch.chdir(tmp_path)
+    composed.cache_clear()
+    argv = ["-m", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}", *SMALL]
+    argv += ["train.local_epochs=1"]
+    counts = run_counted(monkeypatch, argv)
+    assert counts == {"compositions": 1 + 1 + 2 + 2, "builds": 2 + 2, "objects": 2 + 2 * 2}
+    assert len(member_folders(tmp_path / "sweep")) == 2

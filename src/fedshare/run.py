@@ -1,7 +1,8 @@
 """The command line: `python -m fedshare.run strategy=... data=... partition=... model=...`.
 
-Hydra composes the config from the groups in `configs/`; this module turns it into objects,
-runs the simulation and writes the run directory (docs/run-folders.md).
+Hydra composes the config from the groups in `configs/` (once per run); this module checks
+it, turns it into objects (the strategy built once, by the check), runs the simulation and
+writes the run directory (docs/run-folders.md, docs/configuration.md).
 """
 
 import contextlib
@@ -14,13 +15,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import hydra
+from hydra._internal.hydra import Hydra
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from fedshare.config import RunConfig
-from fedshare.config.compose import check_command_line, plain_dict
+from fedshare.config.compose import (
+    check_command_line,
+    check_config,
+    check_named_folder,
+    command_line_runs,
+    composition_error,
+    plain_dict,
+)
 from fedshare.config.overrides import check_overrides
 from fedshare.config.resume import resumed_config
 from fedshare.errors import FedshareError, RankFailure, error_sentence
@@ -35,6 +47,7 @@ if TYPE_CHECKING:
     from fedshare.data.federated import FederatedData
     from fedshare.engine.distributed import RankGroup
     from fedshare.engine.simulation import Simulation
+    from fedshare.strategies.base import Strategy
 
 USER_ERROR = 2
 """The exit code of every user error (a bad value, missing data, a refused run folder)."""
@@ -51,6 +64,17 @@ def config_dir() -> Path:
 
 
 ConfigStore.instance().store(name="fedshare_schema", node=RunConfig)
+
+
+def mode_from_flags(self: Hydra, config_name: str | None, overrides: list[str]) -> None:
+    """Replaces Hydra's `get_mode`, which composes the whole config once more only to read
+    `hydra.mode`. fedshare's configs never set it (a sweep is `-m`), and for such a config
+    Hydra takes the mode from the command line's `-m` when `get_mode` says None: the same
+    mode, and one run is composed once (tests/test_cli.py counts the compositions)."""
+    return None
+
+
+Hydra.get_mode = mode_from_flags  # type: ignore[method-assign]
 # A per-process token in default run folder names: two runs started in the same second get
 # different folders (the run folder's lock refuses a second writer in any case).
 OmegaConf.register_new_resolver("fedshare.token", lambda: secrets.token_hex(3), use_cache=True)
@@ -105,13 +129,15 @@ def build_simulation(
     output_dir: Path | None,
     choices: dict[str, str],
     group: "RankGroup | None" = None,
+    strategy: "Strategy | None" = None,
     data_view: "Callable[[FederatedData], FederatedData] | None" = None,
 ) -> "Simulation":
-    """Every object of the run, checked, with nothing written yet: the strategy (its
-    parameters), the data and the partition, then `fedshare.config.assemble` (the path
-    `fedshare.simulate` takes too) for the model and the layered defaults (`group`: this
-    process's place in a run across several; `data_view`: what the run sees of the federated
-    data, e.g. the tuning's validation split in place of the test split)."""
+    """Every object of the run, with nothing written yet: the data and the partition, then
+    `fedshare.config.assemble` (the path `fedshare.simulate` takes too) for the model and the
+    layered defaults (`group`: this process's place in a run across several). `strategy` is
+    the one the run's check built (`execute`); without it, it is built here. `data_view`:
+    what the run sees of the federated data (the tuning's validation split in place of the
+    test split)."""
     from dataclasses import asdict
 
     from fedshare.config.assemble import assemble
@@ -121,8 +147,8 @@ def build_simulation(
     from fedshare.tracking import make_loggers
 
     run: RunConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
-    strategy_name, strategy_params = group_params(cfg.strategy)
-    strategy = make_strategy(strategy_name, strategy_params)
+    if strategy is None:
+        strategy = make_strategy(*group_params(cfg.strategy))
     loggers = make_loggers(run.logger)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
     dataset = load_dataset(data_cfg, seed=run.seed)  # type: ignore[arg-type]
@@ -164,10 +190,12 @@ def build_simulation(
 
 
 def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[str, Any]:
-    """Build and run a composed config into `output_dir`; return the summary. Under torchrun
-    (or `workers=K`) every process joins the run's group and writes into rank 0's folder."""
+    """Check, build and run a composed config into `output_dir`; return the summary. Under
+    torchrun (or `workers=K`) every process joins the run's group and writes into rank 0's
+    folder."""
     from fedshare.engine.distributed import RankGroup, launched, local_device
 
+    strategy = check_config(cfg)
     if not launched():
         if cfg.workers != 1:
             raise FedshareError(
@@ -175,7 +203,8 @@ def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[
                 f"(python -m fedshare.run workers=K ..., or torchrun), not inside a sweep's "
                 f"member; valid here: workers=1"
             )
-        return build_simulation(cfg, output_dir, choices).run(resume=bool(cfg.resume)).summary
+        sim = build_simulation(cfg, output_dir, choices, strategy=strategy)
+        return sim.run(resume=bool(cfg.resume)).summary
     group = RankGroup.join(local_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0"))))
     try:
         if cfg.workers not in (1, group.world):
@@ -186,7 +215,7 @@ def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[
         shared_dir = Path(group.from_writer(lambda: str(output_dir)))
         if shared_dir != output_dir:  # this rank's own folder name: Hydra made it, unused
             discard_if_unused(output_dir)
-        sim = build_simulation(cfg, shared_dir, choices, group)
+        sim = build_simulation(cfg, shared_dir, choices, group, strategy)
         return sim.run(resume=bool(cfg.resume)).summary
     finally:
         group.close()
@@ -327,29 +356,59 @@ HELP_FLAGS = {"-h", "--help", "--hydra-help", "--info", "-c", "--cfg"}
 
 
 def main() -> None:
+    """Check the command line, then let Hydra compose and run it. One run is composed once, by
+    Hydra, and checked inside (`execute`) before anything is written; a sweep's members are
+    each composed and checked here first, so that one bad member stops the sweep before any
+    starts (docs/configuration.md). A `tuned=` file's values go first (`expand_tuned`)."""
     try:
-        sys.argv[1:] = expand_tuned(sys.argv[1:], config_dir())  # the tuned file's values first
+        sys.argv[1:] = expand_tuned(sys.argv[1:], config_dir())
     except FedshareError as err:
         fail(str(err))
-    if not HELP_FLAGS & set(sys.argv[1:]):
+    argv = sys.argv[1:]
+    sweep = bool({"-m", "--multirun"} & set(argv))
+    if not HELP_FLAGS & set(argv):
         try:
-            check_overrides(sys.argv[1:], config_dir())
-            check_command_line(sys.argv[1:], config_dir())
+            check_overrides(argv, config_dir())
+            if sweep or launches(argv):  # the members, or the processes, start checked
+                check_command_line(argv, config_dir())
+            else:
+                check_named_folder(argv)
         except FedshareError as err:
             fail(str(err))
-    workers = requested_workers(sys.argv[1:])
-    if workers > 1 and "WORLD_SIZE" not in os.environ:  # not yet started by torch's launcher
+    workers = requested_workers(argv)
+    if launches(argv):
         from fedshare.engine.distributed import launch
 
-        if {"-m", "--multirun"} & set(sys.argv[1:]):
+        if sweep:
             fail(
                 f"workers={workers} runs one simulation across processes; it does not combine "
                 f"with --multirun (sweep with hydra/launcher=joblib or submitit instead)"
             )
-        sys.exit(launch(sys.argv[1:], workers))
+        sys.exit(launch(argv, workers))
     interrupt_on_sigterm()
-    _main()
+    if sweep:
+        _main()
+    else:
+        run_composed(argv)
     report_sweep()
+
+
+def run_composed(argv: list[str]) -> None:
+    """One run: Hydra's composition error (`strategy.scal=0.2`) as one sentence, exit code 2
+    (Hydra raises it to us instead of printing it: `HYDRA_FULL_ERROR`)."""
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        _main()
+    except (HydraException, OmegaConfBaseException) as err:
+        GlobalHydra.instance().clear()
+        overrides = command_line_runs(argv)[0]
+        fail(str(composition_error(err, str(config_dir()), overrides)))
+
+
+def launches(argv: list[str]) -> bool:
+    """Whether this command starts the processes of a `workers=K` run (not yet started by
+    torch's launcher)."""
+    return requested_workers(argv) > 1 and "WORLD_SIZE" not in os.environ
 
 
 def requested_workers(argv: list[str]) -> int:

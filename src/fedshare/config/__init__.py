@@ -4,8 +4,8 @@
 - `schema`: the typed settings (`RunConfig`, `SimulationConfig`, `TrainConfig`, ...);
 - `params`: binding a group's keys (strategy, dataset, partition, model) to its factory;
 - `defaults`: the layered defaults (command line > preset > strategy > dataset > global);
-- `overrides`, `compose`, `validation`: the command line read, composed and checked once,
-  every sweep member before the first starts;
+- `overrides`, `compose`, `validation`: the command line read, composed once and checked
+  before anything is written (a sweep's members each before the first starts);
 - `assemble`: the one path from choices to a `Simulation` (the command line and
   `fedshare.simulate`, in `api`, both take it).
 

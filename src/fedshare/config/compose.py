@@ -1,12 +1,14 @@
-"""The command line's check before Hydra starts: every run it would start (each member of a
-sweep) is composed and its values checked (`fedshare.config.validation`), so that a bad value is one
-sentence with exit code 2 before any folder exists or any member runs."""
+"""The command line's checks: one run's config, composed by Hydra, checked before anything is
+written (`check_config`, which builds the run's strategy); a sweep's members each composed and
+checked before Hydra starts the first (`check_command_line`), so that a bad value is one
+sentence with exit code 2 before any folder exists or any member runs (docs/configuration.md,
+"What is composed and built, and how often")."""
 
 import dataclasses
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -20,6 +22,9 @@ from fedshare.config.validation import GROUP_KEYS, check_run
 from fedshare.errors import FedshareError, unknown_key_message
 from fedshare.registry import Registry
 from fedshare.results.rundir import check_run_folder
+
+if TYPE_CHECKING:
+    from fedshare.strategies.base import Strategy
 
 FLAGS_WITH_VALUE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd")
 RUN_DIR_KEYS = ("run_dir", "hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
@@ -222,20 +227,43 @@ def check_run_dir(values: dict[str, Any]) -> None:
         check_run_folder(str(values["run_dir"]), overwrite)
 
 
-def check_command_line(argv: Sequence[str], config_root: Path) -> int:
-    """Compose and check every run of the command line; return how many there are."""
+def check_config(cfg: DictConfig) -> "Strategy":
+    """One run's composed config checked (every value, the run folder it names); the run's
+    strategy, built by the check."""
+    values = run_values(cfg)
+    unknown = set(values) - set(fields_of_run()) - set(GROUP_KEYS)
+    if unknown:
+        raise FedshareError(unknown_key_message(sorted(unknown)[0], fields_of_run()))
+    strategy = check_run(values)
+    check_run_dir(values)
+    return strategy
+
+
+def command_line_runs(argv: Sequence[str]) -> list[list[str]]:
+    """The overrides of each run of the command line (`members`), read without composing."""
     try:
-        runs = members(override_args(argv))
+        return members(override_args(argv))
     except HydraException as err:
         raise FedshareError(f"cannot read the command line: {str(err).splitlines()[0]}") from None
+
+
+def check_named_folder(argv: Sequence[str]) -> None:
+    """Before Hydra makes the folder of one run: the folder the command line names
+    (`run_dir=`, `hydra.run.dir=`) can be made; whether `overwrite` may replace it is
+    checked with the rest of the config (`check_config`)."""
+    command_line_runs(argv)  # an empty run_dir= is refused
+    keys = tuple(f"{key}=" for key in RUN_DIR_KEYS[:2])
+    named = [arg.split("=", 1)[1] for arg in override_args(argv) if arg.startswith(keys)]
+    if named:
+        check_run_folder(named[-1], overwrite=False)
+
+
+def check_command_line(argv: Sequence[str], config_root: Path) -> int:
+    """Compose and check every run of the command line; return how many there are."""
+    runs = command_line_runs(argv)
     for number, overrides in enumerate(runs):
         try:
-            values = run_values(compose_member(overrides, str(config_root)))
-            unknown = set(values) - set(fields_of_run()) - set(GROUP_KEYS)
-            if unknown:
-                raise FedshareError(unknown_key_message(sorted(unknown)[0], fields_of_run()))
-            check_run(values)
-            check_run_dir(values)
+            check_config(compose_member(overrides, str(config_root)))
         except FedshareError as err:
             if len(runs) == 1:
                 raise

@@ -11,12 +11,15 @@ import dataclasses
 import functools
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedshare.config.params import type_ok
 from fedshare.config.rules import RULE, Rule
 from fedshare.config.schema import DataOptions, RunConfig, SimulationConfig, TrainConfig
 from fedshare.errors import FedshareError, did_you_mean
+
+if TYPE_CHECKING:
+    from fedshare.strategies.base import Strategy
 
 SLOW_SCHEDULES = ("exp", "step")
 """Schedules that multiply the learning rate by `lr_decay`: a factor of 0 would stop training."""
@@ -166,8 +169,9 @@ def check_simulation_config(config: SimulationConfig) -> None:
     check_combinations(values)
 
 
-def check_groups(values: Mapping[str, Any]) -> None:
-    """The four config groups' keys against their factories, without loading anything."""
+def check_groups(values: Mapping[str, Any]) -> "Strategy":
+    """The four config groups' keys against their factories, without loading anything; the
+    strategy, which checks itself when built, is returned for the run to use."""
     from fedshare.config.params import check_params
     from fedshare.data.datasets import COMMON_KEYS, DATASETS
     from fedshare.data.partitioners import PARTITIONERS
@@ -180,8 +184,8 @@ def check_groups(values: Mapping[str, Any]) -> None:
             raise FedshareError(
                 f"{group}={node!r} is not valid: choose a {group} by name ({group}=<name>)"
             )
-    strategy = dict(values["strategy"])
-    make_strategy(str(strategy.pop("name")), strategy)
+    params = dict(values["strategy"])
+    strategy = make_strategy(str(params.pop("name")), params)
     data = dict(values["data"])
     check_typed(DataOptions, {k: v for k, v in data.items() if k in COMMON_KEYS}, "data.")
     name = str(data["name"])
@@ -198,16 +202,18 @@ def check_groups(values: Mapping[str, Any]) -> None:
     name = str(model.pop("name"))
     if name != "auto":
         check_params(MODELS.get(name), model, "model", name, skip=2)
+    return strategy
 
 
-def check_run(values: Mapping[str, Any]) -> None:
+def check_run(values: Mapping[str, Any]) -> "Strategy":
     """A whole command-line run's resolved values (`RunConfig` with its groups); the `train`
-    keys a preset or the command line set, as `TrainConfig` types them (null = unset)."""
+    keys a preset or the command line set, as `TrainConfig` types them (null = unset). Returns
+    the run's strategy, built by the check."""
     check_typed(RunConfig, {k: v for k, v in values.items() if k not in (*GROUP_KEYS, "train")})
     train = {k: v for k, v in (values.get("train") or {}).items() if v is not None}
     check_typed(TrainConfig, train, "train.")
     check_combinations(values)
-    check_groups(values)
+    return check_groups(values)
 
 
 GROUP_KEYS = ("strategy", "data", "partition", "model", "hydra")

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedshare.config.schema import EvalConfig
 from fedshare.data.dataset import Dataset
 from fedshare.data.federated import FederatedData
 from fedshare.engine.callbacks import Callback, Measure
@@ -23,10 +24,13 @@ if TYPE_CHECKING:
 
 
 def evaluate(
-    model: nn.Module, dataset: Dataset, batch_size: int = 1024, per_class: bool = False
+    model: nn.Module,
+    dataset: Dataset,
+    batch_size: int = EvalConfig.batch_size,
+    per_class: bool = False,
 ) -> dict[str, Any]:
     """Accuracy (percent), mean cross-entropy loss and optionally per-class accuracy on the
-    test set."""
+    test set (by default in batches of `eval.batch_size`'s default)."""
     n = len(dataset.y_test)
     if n == 0 or batch_size < 1:
         raise FedshareError(
