@@ -42,6 +42,7 @@ def inspect_partition(cfg: DictConfig, output_dir: Path) -> str:
         run.clients.samples_per_client,
         run.server_data.size,
         run.server_data.labelled,
+        float(data_cfg.get("val_fraction") or 0.0),  # type: ignore[union-attr]
     )
     directory = RunDirectory(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -36,11 +36,15 @@ from fedshare.config.compose import (
 from fedshare.config.overrides import check_overrides
 from fedshare.config.resume import resumed_config
 from fedshare.errors import FedshareError, RankFailure, error_sentence
-from fedshare.results.labels import partition_label
+from fedshare.results.labels import partition_label, with_validation
 from fedshare.results.rundir import LOCK_FILE, MARKER
 from fedshare.sweep import SOME_MEMBERS_FAILED, SweepOutcome, record_failure
+from fedshare.tune.tuned import apply_tuned, expand_tuned, tuned_record
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from fedshare.data.federated import FederatedData
     from fedshare.engine.distributed import RankGroup
     from fedshare.engine.simulation import Simulation
     from fedshare.strategies.base import Strategy
@@ -76,20 +80,22 @@ Hydra.get_mode = mode_from_flags  # type: ignore[method-assign]
 OmegaConf.register_new_resolver("fedshare.token", lambda: secrets.token_hex(3), use_cache=True)
 
 
-def run_partition_label(partition: Any) -> str:
+def run_partition_label(partition: Any, val_fraction: Any = 0.0) -> str:
     """The partition's name in the run line, the run folder and `summary.json`: its config
-    choice with the command line's changes to its parameters (`fedshare.results.labels`)."""
+    choice with the command line's changes to its parameters and its validation split
+    (`fedshare.results.labels`)."""
     hydra_cfg = HydraConfig.get()
     choice = str(hydra_cfg.runtime.choices.get("partition"))
     file = config_dir() / "partition" / f"{choice}.yaml"
     preset = OmegaConf.to_container(OmegaConf.load(file)) if file.exists() else {}
     values = OmegaConf.to_container(partition, resolve=True)
-    return partition_label(choice, values, preset, hydra_cfg.overrides.task)  # type: ignore[arg-type]
+    label = partition_label(choice, values, preset, hydra_cfg.overrides.task)  # type: ignore[arg-type]
+    return with_validation(label, val_fraction)
 
 
 def partition_resolver(_root_: DictConfig) -> str:
     """`${fedshare.partition:}` in the default run folder (configs/config.yaml)."""
-    return run_partition_label(_root_.partition)
+    return run_partition_label(_root_.partition, _root_.data.get("val_fraction"))
 
 
 OmegaConf.register_new_resolver("fedshare.partition", partition_resolver)
@@ -120,15 +126,18 @@ def simulation_settings(run: RunConfig) -> dict[str, Any]:
 
 def build_simulation(
     cfg: DictConfig,
-    output_dir: Path,
+    output_dir: Path | None,
     choices: dict[str, str],
     group: "RankGroup | None" = None,
     strategy: "Strategy | None" = None,
+    data_view: "Callable[[FederatedData], FederatedData] | None" = None,
 ) -> "Simulation":
     """Every object of the run, with nothing written yet: the data and the partition, then
     `fedshare.config.assemble` (the path `fedshare.simulate` takes too) for the model and the
     layered defaults (`group`: this process's place in a run across several). `strategy` is
-    the one the run's check built (`execute`); without it, it is built here."""
+    the one the run's check built (`execute`); without it, it is built here. `data_view`:
+    what the run sees of the federated data (the tuning's validation split in place of the
+    test split)."""
     from dataclasses import asdict
 
     from fedshare.config.assemble import assemble
@@ -152,13 +161,16 @@ def build_simulation(
         run.clients.samples_per_client,
         run.server_data.size,
         run.server_data.labelled,
+        float(data_cfg.get("val_fraction") or 0.0),  # type: ignore[union-attr]
     )
+    if data_view is not None:
+        fed = data_view(fed)
     model_name, model_params = group_params(cfg.model)
     settings = simulation_settings(run)
     if group is not None:
         settings["device"] = local_device(run.device, group.local_rank)
     record = plain_dict(cfg)
-    return assemble(
+    sim = assemble(
         strategy,
         fed,
         model_name,
@@ -173,6 +185,8 @@ def build_simulation(
         overwrite=run.overwrite,
         group=group,
     )
+    sim.meta.update(tuned_record(run.tuned, config_dir()))
+    return sim
 
 
 def execute(cfg: DictConfig, output_dir: Path, choices: dict[str, str]) -> dict[str, Any]:
@@ -241,9 +255,10 @@ def _main(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if isinstance(v, str)}
-    choices["partition"] = run_partition_label(cfg.partition)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
+        apply_tuned(cfg, hydra_cfg.overrides.task, config_dir())  # a sweep member's tuned file
+        choices["partition"] = run_partition_label(cfg.partition, cfg.data.get("val_fraction"))
         overrides = [*hydra_cfg.overrides.task, *hydra_cfg.overrides.hydra]
         if cfg.resume and not (in_sweep or names_run_dir(overrides)):
             raise FedshareError(
@@ -344,7 +359,11 @@ def main() -> None:
     """Check the command line, then let Hydra compose and run it. One run is composed once, by
     Hydra, and checked inside (`execute`) before anything is written; a sweep's members are
     each composed and checked here first, so that one bad member stops the sweep before any
-    starts (docs/configuration.md)."""
+    starts (docs/configuration.md). A `tuned=` file's values go first (`expand_tuned`)."""
+    try:
+        sys.argv[1:] = expand_tuned(sys.argv[1:], config_dir())
+    except FedshareError as err:
+        fail(str(err))
     argv = sys.argv[1:]
     sweep = bool({"-m", "--multirun"} & set(argv))
     if not HELP_FLAGS & set(argv):

@@ -206,6 +206,9 @@ class RunConfig(SimulationConfig):
     K processes on this machine through torch's launcher; under torchrun it must be 1 (the
     default) or torchrun's process count."""
     server_data: ServerDataConfig = field(default_factory=ServerDataConfig)
+    tuned: str | None = ruled(None, Rule(nonempty=True, optional=True))
+    """A file written by `python -m fedshare.tune`: its parameters apply before the command
+    line's own, and `summary.json` records how they were tuned (`fedshare.tune.tuned`)."""
 
 
 @dataclass
@@ -229,3 +232,6 @@ class DataOptions:
     features: str | None = ruled(None, ANY)
     features_weights: str | None = ruled(None, ANY)
     features_options: dict[str, Any] | None = ruled(None, ANY)
+    val_fraction: float = ruled(0.0, Rule(low=0, high=1, high_open=True))
+    """Share of each client's (and the server's) training samples held out as the validation
+    split (`fedshare.data.validation`); 0 = none."""

@@ -46,6 +46,7 @@ COMMON_KEYS = (
     "features",
     "features_weights",
     "features_options",
+    "val_fraction",
 )
 
 

@@ -11,6 +11,7 @@ from fedshare.data.dataset import Dataset
 from fedshare.data.datasets import balanced_subset
 from fedshare.data.partitioners import Partition, fingerprint, make_partition
 from fedshare.data.shift import apply_domain_shift
+from fedshare.data.validation import carve_validation, check_val_fraction
 from fedshare.engine.rng import numpy_rng
 from fedshare.errors import FedshareError
 
@@ -22,6 +23,8 @@ class FederatedData:
     `server_indices` is the server's own data (`server_data.size` samples carved, class-
     balanced, from the training set before partitioning; no client holds them), `None` when
     the run has none; with `server_labelled=False` the server may use the inputs only.
+    `val_indices` is the validation split (`data.val_fraction`, `fedshare.data.validation`):
+    training-set samples no client or server trains on, `None` when the run has none.
     """
 
     dataset: Dataset
@@ -29,6 +32,7 @@ class FederatedData:
     client_indices: list[torch.Tensor]
     server_indices: torch.Tensor | None = None
     server_labelled: bool = True
+    val_indices: torch.Tensor | None = None
 
     def __repr__(self) -> str:
         """One line, no tensors: dataset, sizes, partition, client sizes, server data."""
@@ -37,6 +41,8 @@ class FederatedData:
         params = ", ".join(f"{k}={v}" for k, v in part.params.items() if v is not None)
         shape = "×".join(str(d) for d in data.input_shape)
         server = "none" if self.server_indices is None else f"{len(self.server_indices)} samples"
+        if self.val_indices is not None:
+            server += f"; validation: {len(self.val_indices)} samples"
         return (
             f"FederatedData({data.name}: {len(data.y_train):,} train / {len(data.y_test):,} "
             f"test, {data.num_classes} classes, input {shape}; partition {part.name}"
@@ -61,14 +67,26 @@ class FederatedData:
     def client_sizes(self) -> list[int]:
         return self.partition.sizes
 
+    def validation_batches(self, batch_size: int) -> "list[tuple[torch.Tensor, torch.Tensor]]":
+        """The validation split's raw inputs and labels in batches of `batch_size`."""
+        if self.val_indices is None:
+            return []
+        data, ix = self.dataset, self.val_indices
+        return [
+            (data.x_train[ix[i : i + batch_size]], data.y_train[ix[i : i + batch_size]])
+            for i in range(0, len(ix), batch_size)
+        ]
+
     def to(self, device: torch.device | str) -> "FederatedData":
         server = None if self.server_indices is None else self.server_indices.to(device)
+        val = None if self.val_indices is None else self.val_indices.to(device)
         return FederatedData(
             self.dataset.to(device),
             self.partition,
             [ix.to(device) for ix in self.client_indices],
             server,
             self.server_labelled,
+            val,
         )
 
 
@@ -94,13 +112,16 @@ def federate(
     samples_per_client: int | None = None,
     server_size: int = 0,
     server_labelled: bool = True,
+    val_fraction: float = 0.0,
 ) -> FederatedData:
     """Split `dataset` among clients; `partition` is a partitioner name or {name, **params}.
 
     With `server_size`, that many training samples (class-balanced, drawn from the stream
     (seed, "server_data")) go to the server first and the clients share the rest; the
     partition's fingerprint and `info["server_data"]` record them. A partition that carries
-    input transforms (covariate shift) is applied to the dataset here.
+    input transforms (covariate shift) is applied to the dataset here. With `val_fraction`,
+    that share of each client's samples (and of the server's) forms the validation split
+    (`fedshare.data.validation`), in the partition's fingerprint too.
     """
     cfg = {"name": partition} if isinstance(partition, str) else dict(partition)
     labels = dataset.y_train.cpu().numpy()
@@ -117,10 +138,14 @@ def federate(
             f"(clients {empty[:5]}{' …' if len(empty) > 5 else ''}); use fewer clients or a "
             f"partition that gives every client data"
         )
-    dataset = apply_domain_shift(dataset, part)
+    dataset = apply_domain_shift(dataset, part)  # a client's validation samples are in its domain
+    val_indices = None
+    if check_val_fraction(val_fraction) > 0:
+        split = carve_validation(part, labels, val_fraction, seed, server)
+        part, server, val_indices = split.partition, split.server, torch.from_numpy(split.indices)
     indices = [torch.from_numpy(ix) for ix in part.client_indices]
     server_indices = None if server is None else torch.from_numpy(server)
-    return FederatedData(dataset, part, indices, server_indices, server_labelled)
+    return FederatedData(dataset, part, indices, server_indices, server_labelled, val_indices)
 
 
 def carve_server_data(

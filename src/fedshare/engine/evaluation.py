@@ -1,6 +1,7 @@
 """Evaluation of the global model on the test set, and the run's evaluation callback."""
 
 import math
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ from torch import nn
 
 from fedshare.config.schema import EvalConfig
 from fedshare.data.dataset import Dataset
+from fedshare.data.federated import FederatedData
 from fedshare.engine.callbacks import Callback, Measure
 from fedshare.engine.personal_eval import personal_metrics, personal_test_splits
 from fedshare.errors import FedshareError, NonFiniteLossError
@@ -21,30 +23,45 @@ if TYPE_CHECKING:
     from fedshare.engine.simulation import Simulation
 
 
-@torch.no_grad()
 def evaluate(
     model: nn.Module,
     dataset: Dataset,
     batch_size: int = EvalConfig.batch_size,
     per_class: bool = False,
 ) -> dict[str, Any]:
-    """Accuracy (percent), mean cross-entropy loss and optionally per-class accuracy (by
-    default in batches of `eval.batch_size`'s default)."""
+    """Accuracy (percent), mean cross-entropy loss and optionally per-class accuracy on the
+    test set (by default in batches of `eval.batch_size`'s default)."""
     n = len(dataset.y_test)
     if n == 0 or batch_size < 1:
         raise FedshareError(
             f"cannot evaluate on {n} test samples of {dataset.name} in batches of {batch_size}: "
             f"an accuracy needs at least one sample and eval.batch_size >= 1"
         )
+    batches = [
+        (dataset.x_test[start : start + batch_size], dataset.y_test[start : start + batch_size])
+        for start in range(0, n, batch_size)
+    ]
+    return evaluate_batches(model, dataset, batches, per_class)
+
+
+@torch.no_grad()
+def evaluate_batches(
+    model: nn.Module,
+    dataset: Dataset,
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    per_class: bool = False,
+) -> dict[str, Any]:
+    """Accuracy (percent), mean cross-entropy loss and optionally per-class accuracy over
+    `batches` of raw inputs and labels of `dataset` (prepared without augmentation), with
+    the model in eval mode."""
+    n = sum(len(y) for _, y in batches)
     was_training = model.training
     model.eval()
     correct = torch.zeros(dataset.num_classes, device=dataset.device)
     total = torch.zeros(dataset.num_classes, device=dataset.device)
     loss_sum = torch.zeros((), device=dataset.device)
-    for start in range(0, n, batch_size):
-        x = dataset.prepare(dataset.x_test[start : start + batch_size])
-        y = dataset.y_test[start : start + batch_size]
-        logits = model(x)
+    for raw, y in batches:
+        logits = model(dataset.prepare(raw))
         loss_sum += F.cross_entropy(logits, y, reduction="sum")
         hit = (logits.argmax(dim=1) == y).float()
         correct.index_add_(0, y, hit)
@@ -60,13 +77,23 @@ def evaluate(
     return result
 
 
+def validation_metrics(data: FederatedData, model: nn.Module, batch_size: int) -> dict[str, float]:
+    """`val_accuracy` and `val_loss` of `model` on the run's validation split (none without
+    `data.val_fraction`)."""
+    batches = data.validation_batches(batch_size)
+    if not batches:
+        return {}
+    result = evaluate_batches(model, data.dataset, batches)
+    return {"val_accuracy": result["accuracy"], "val_loss": result["loss"]}
+
+
 class Evaluation(Callback):
     """The engine's evaluation, a callback: after every `eval.every` rounds and the last, the
-    global model's test accuracy and loss, with `eval.personal` (or clients of several
-    architectures) the clients' personal accuracy, with `eval.davies_bouldin` the features'
-    separability (FLea, Fig. 3), and after a completed run `eval.context_attack`
-    (FLea's context-identification attack, Fig. 9(d)). It comes first, so the other
-    callbacks see its record."""
+    global model's test accuracy and loss (and on the validation split where the run has one),
+    with `eval.personal` (or clients of several architectures) the clients' personal accuracy,
+    with `eval.davies_bouldin` the features' separability (FLea, Fig. 3), and after a completed
+    run `eval.context_attack` (FLea's context-identification attack, Fig. 9(d)). It comes
+    first, so the other callbacks see its record."""
 
     def __init__(self) -> None:
         self._personal_splits: Any = None
@@ -95,6 +122,7 @@ class Evaluation(Callback):
                 f"or infinite values, so the run diverged; look for a non-finite or extreme "
                 f"strategy parameter, or lower train.lr"
             )
+        result.update(validation_metrics(sim.data, model, cfg.batch_size))
         if cfg.personal or sim.architectures.models is not None:
             result.update(self._personal_metrics(sim))
         model = sim.strategy.global_model()

@@ -6,6 +6,8 @@ sets to another value than the choice's config file holds is appended as `+<key>
 partitions never share a name. The label is a plain folder name and a value the command line
 can take back (`run_dir=runs/fedavg-digits-dir0.1+alpha0.05/...`): no `=`, `,` or spaces.
 A preset's own partition settings (`experiment=...`) are part of the preset and not appended.
+A validation split (`data.val_fraction=0.1`) takes samples from every client, so it is part of
+the partition's name too: `+val0.1`.
 """
 
 import re
@@ -50,3 +52,10 @@ def partition_label(
         if key in values and (key not in preset or preset[key] != values[key])
     ]
     return choice + "".join(changed)
+
+
+def with_validation(label: str, val_fraction: Any) -> str:
+    """`label` with `+val<fraction>` when the run holds a validation split out (fraction > 0)."""
+    if not val_fraction:
+        return label
+    return f"{label}+{UNSAFE.sub('-', 'val' + shown(val_fraction))}"

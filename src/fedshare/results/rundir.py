@@ -219,6 +219,7 @@ def summarize(history: Sequence[Mapping[str, Any]], **fields: Any) -> dict[str, 
 
     `last10_mean_accuracy` / `last5_mean_accuracy` are means over the last 10 / 5 *evaluated*
     rounds, beside the best that FLea's Table 1 reports (a best alone flatters a noisy run).
+    A run with a validation split adds `validation_summary`'s keys.
     """
     accs = [r["accuracy"] for r in history if r.get("accuracy") is not None]
     last = history[-1] if history else {}
@@ -230,4 +231,22 @@ def summarize(history: Sequence[Mapping[str, Any]], **fields: Any) -> dict[str, 
         last5_mean_accuracy=sum(accs[-5:]) / len(accs[-5:]) if accs else None,
         final_loss=last.get("loss"),
     )
+    summary.update(validation_summary(history))
     return summary
+
+
+def validation_summary(history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The round chosen on validation and its test accuracy: `best_val_accuracy`, the first
+    evaluated round that reaches it (`best_val_round`), `test_at_best_val_accuracy` (the
+    test accuracy of that round: a choice that never looked at the test set, unlike
+    `best_accuracy`) and `final_val_accuracy`; empty for a run without validation."""
+    scored = [r for r in history if r.get("val_accuracy") is not None]
+    if not scored:
+        return {}
+    best = max(scored, key=lambda r: r["val_accuracy"])  # the first of equal maxima
+    return {
+        "best_val_accuracy": best["val_accuracy"],
+        "best_val_round": best["round"],
+        "test_at_best_val_accuracy": best.get("accuracy"),
+        "final_val_accuracy": scored[-1]["val_accuracy"],
+    }

@@ -15,6 +15,19 @@ STATS = (
     ("wall_time_s", "time s"),
 )
 """(summary statistic, Markdown header) of every row, in table order."""
+AT_BEST_VALIDATION = ("test_at_best_val_accuracy", "test@best-val %")
+"""The test accuracy at the best-validation round (runs with `data.val_fraction`), shown
+beside the best test accuracy when any run has it."""
+
+
+def report_stats(runs: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
+    """`STATS`, with `AT_BEST_VALIDATION` after the best test accuracy when a run has it."""
+    stats = list(STATS)
+    if any(finite(run["summary"].get(AT_BEST_VALIDATION[0])) is not None for run in runs):
+        stats.insert(stats.index(("best_accuracy", "best %")) + 1, AT_BEST_VALIDATION)
+    return stats
+
+
 LAST_WINDOW = 10
 """`last10_mean_accuracy` averages the last 10 evaluated rounds, or all of a shorter run's."""
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from fedshare.results.grouping import ABSENT, Group, canon, group_runs, listed, notes_on
 from fedshare.results.paper_match import PaperCell, PaperTable, paper_cell
-from fedshare.results.stats import STATS, finite, mean_std, summary_value
+from fedshare.results.stats import STATS, finite, mean_std, report_stats, summary_value
 
 
 @dataclass
@@ -22,6 +22,8 @@ class Report:
     setting_keys: list[str]
     notes: list[str] = field(default_factory=list)
     paper: PaperTable | None = None
+    stats: list[tuple[str, str]] = field(default_factory=lambda: list(STATS))
+    """(summary statistic, header) of the columns (`fedshare.results.stats.report_stats`)."""
 
 
 def build_report(
@@ -29,13 +31,15 @@ def build_report(
     by: Sequence[str] | None = None,
     paper: PaperTable | None = None,
 ) -> Report:
-    """The report's rows: mean ± std over each group's runs of every statistic in `STATS`,
-    and with `paper` the paper's number for the rows that have a cell."""
+    """The report's rows: mean ± std over each group's runs of every statistic in
+    `report_stats` (`STATS`, and the test accuracy at the best-validation round where a run
+    has it), and with `paper` the paper's number for the rows that have a cell."""
     groups = group_runs(runs, by)
     setting_keys = list(dict.fromkeys(k for g in groups for k in g.setting))
+    columns = report_stats(runs)
     rows = []
     for group in groups:
-        stats = {s: mean_std(summary_value(r, s) for r in group.runs) for s, _ in STATS}
+        stats = {s: mean_std(summary_value(r, s) for r in group.runs) for s, _ in columns}
         row = Row(group, stats)
         if paper is not None:
             entry = paper_cell(group, paper)
@@ -50,7 +54,7 @@ def build_report(
             f"paper table {paper.name} ({paper.metric}): {matched} of {len(rows)} rows have a "
             f"cell in {listed(list(paper.columns), 3)}"
         )
-    return Report(rows, setting_keys, notes, paper)
+    return Report(rows, setting_keys, notes, paper, columns)
 
 
 def short_labels(report: Report) -> list[str]:

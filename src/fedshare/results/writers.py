@@ -8,7 +8,7 @@ from typing import Any
 
 from fedshare.results.atomic import atomic_write
 from fedshare.results.grouping import ABSENT, MISSING, show
-from fedshare.results.stats import STATS, stat_header
+from fedshare.results.stats import stat_header
 from fedshare.results.table import Report, short_labels
 
 _FORMATS = {
@@ -44,7 +44,7 @@ def _fmt(mean: float | None, std: float | None, scale: float = 1.0, digits: int 
 def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """(headers, cells) of the Markdown table."""
     evaluated = [len(run["history"]) for row in report.rows for run in row.group.runs]
-    stat_headers = (stat_header(stat, h, evaluated) for stat, h in STATS)
+    stat_headers = (stat_header(stat, h, evaluated) for stat, h in report.stats)
     headers = ["method", *report.setting_keys, "seeds", *stat_headers]
     if report.paper is not None:
         headers += [f"paper {report.paper.metric}", "Δ"]
@@ -53,7 +53,7 @@ def table_rows(report: Report) -> tuple[list[str], list[list[str]]]:
         g = row.group
         line = [g.method, *(show(g.setting.get(k, ABSENT)) for k in report.setting_keys)]
         line.append(str(len(g.runs)))
-        for stat, _ in STATS:
+        for stat, _ in report.stats:
             scale, digits = _FORMATS.get(stat, (1.0, 2))
             line.append(_fmt(*row.stats[stat], scale=scale, digits=digits))
         if report.paper is not None:
@@ -134,7 +134,7 @@ def write_csv(report: Report, path: Path) -> None:
     """One line per row: the setting, n, seeds, `<stat>_mean`/`<stat>_std` in raw units
     (bytes, seconds, %), and with a paper table its cell, the measured metric and Δ."""
     headers = ["method", *report.setting_keys, "n", "seeds"]
-    headers += [f"{stat}_{part}" for stat, _ in STATS for part in ("mean", "std")]
+    headers += [f"{stat}_{part}" for stat, _ in report.stats for part in ("mean", "std")]
     if report.paper is not None:
         headers += _PAPER_CSV
     atomic_write(Path(path), lambda tmp: _write_csv_rows(report, tmp, headers))
@@ -148,7 +148,7 @@ def _write_csv_rows(report: Report, path: Path, headers: list[str]) -> None:
             g = row.group
             line = [g.method, *(_csv_cell(g.setting.get(k, ABSENT)) for k in report.setting_keys)]
             line += [len(g.runs), ";".join(str(s) for s in g.seeds)]
-            line += [_csv_cell(v) for stat, _ in STATS for v in row.stats[stat]]
+            line += [_csv_cell(v) for stat, _ in report.stats for v in row.stats[stat]]
             if report.paper is not None:
                 cell = row.paper
                 line += (
