@@ -89,7 +89,7 @@ def test_label_distillation_is_kd_toward_the_own_labels_global_logits():
     expected = distillation_kl(z[held], g[y[held]], 2.0) * held.float().mean()
     torch.testing.assert_close(loss, expected)
     z.requires_grad_(True)
-    label_distillation_loss(z, y, g, mask).backward()
+    label_distillation_loss(z, y, g, mask, temperature=1.0).backward()
     assert torch.equal(z.grad[3], torch.zeros(3))  # label 1 has no global logits
     moved = z.detach() - 10 * z.grad  # a step lowers the KL to the own label's logits
     before = distillation_kl(z.detach()[:3], g[y[:3]])
