@@ -144,3 +144,15 @@ def test_lg_sends_the_head_both_ways_and_learns():
     assert first["bytes_up"] == first["bytes_down"] == CLIENTS * head
     assert result.summary["bytes_shared"] == 0  # model traffic, not a payload
     assert result.summary["best_accuracy"] > BOUND
+
+
+def test_fd_with_lambda_zero_is_local_training():
+    """λ weights the distillation term: at λ = 0 FD's clients train as local-only ones."""
+    fd = digits_run("fd", rounds=2, params={"lam": 0.0})
+    local = digits_run("local_only", rounds=2)
+    shown = [r.strategy.global_model() for r in (fd, local)]
+    assert fd.summary["shown_client"] == local.summary["shown_client"]
+    torch.testing.assert_close(
+        FlatState(shown[0]).flatten(shown[0]), FlatState(shown[1]).flatten(shown[1])
+    )
+    assert fd.history[-1]["train_loss"] == pytest.approx(local.history[-1]["train_loss"])
