@@ -4,6 +4,7 @@ prediction by the nearest prototype, what travels, and a digits run that learns.
 import pytest
 import torch
 
+from fedshare.engine.flat import FlatState
 from fedshare.errors import FedshareError
 from fedshare.functional.prototype_losses import nearest_prototype, prototype_distance_loss
 from fedshare.functional.prototypes import PrototypeAverager, class_means, pack, unpack
@@ -131,3 +132,16 @@ def test_proto_accuracy_is_the_shown_models_nearest_prototype_accuracy():
         strategy.mask,
     )
     assert result.history[-1]["proto_accuracy"] == expected
+
+
+def test_lambda_zero_is_local_training():
+    """λ weights the prototype term: at λ = 0 FedProto's clients train as local-only ones (the
+    same personal models and losses; a term added with weight 1 would move them)."""
+    proto = digits_run("fedproto", rounds=2, params={"lam": 0.0})
+    local = digits_run("local_only", rounds=2)
+    shown = [r.strategy.global_model() for r in (proto, local)]
+    assert proto.summary["shown_client"] == local.summary["shown_client"]
+    torch.testing.assert_close(
+        FlatState(shown[0]).flatten(shown[0]), FlatState(shown[1]).flatten(shown[1])
+    )
+    assert proto.history[-1]["train_loss"] == pytest.approx(local.history[-1]["train_loss"])

@@ -89,7 +89,7 @@ def test_label_distillation_is_kd_toward_the_own_labels_global_logits():
     expected = distillation_kl(z[held], g[y[held]], 2.0) * held.float().mean()
     torch.testing.assert_close(loss, expected)
     z.requires_grad_(True)
-    label_distillation_loss(z, y, g, mask).backward()
+    label_distillation_loss(z, y, g, mask, temperature=1.0).backward()
     assert torch.equal(z.grad[3], torch.zeros(3))  # label 1 has no global logits
     moved = z.detach() - 10 * z.grad  # a step lowers the KL to the own label's logits
     before = distillation_kl(z.detach()[:3], g[y[:3]])
@@ -144,3 +144,15 @@ def test_lg_sends_the_head_both_ways_and_learns():
     assert first["bytes_up"] == first["bytes_down"] == CLIENTS * head
     assert result.summary["bytes_shared"] == 0  # model traffic, not a payload
     assert result.summary["best_accuracy"] > BOUND
+
+
+def test_fd_with_lambda_zero_is_local_training():
+    """λ weights the distillation term: at λ = 0 FD's clients train as local-only ones."""
+    fd = digits_run("fd", rounds=2, params={"lam": 0.0})
+    local = digits_run("local_only", rounds=2)
+    shown = [r.strategy.global_model() for r in (fd, local)]
+    assert fd.summary["shown_client"] == local.summary["shown_client"]
+    torch.testing.assert_close(
+        FlatState(shown[0]).flatten(shown[0]), FlatState(shown[1]).flatten(shown[1])
+    )
+    assert fd.history[-1]["train_loss"] == pytest.approx(local.history[-1]["train_loss"])

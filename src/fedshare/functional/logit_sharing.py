@@ -25,7 +25,7 @@ def label_distillation_loss(
     labels: torch.Tensor,
     global_logits: torch.Tensor,
     mask: torch.Tensor,
-    temperature: float = 1.0,
+    temperature: float,
 ) -> torch.Tensor:
     """Batch mean of τ²·KL(softmax(ḡ_y/τ) ‖ softmax(z/τ)): each sample distils toward the
     global average logits ḡ_y of its own label; a label without global logits adds zero."""
