@@ -1,16 +1,21 @@
 """The personal-model base and the logit/head-sharing methods: FD (per-label logits),
 LG-FedAvg (a global head) and local-only training (nothing shared)."""
 
+import copy
+
 import pytest
 import torch
+import torch.nn.functional as F
 
+from fedshare.config import TrainConfig
+from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.functional.logit_sharing import label_distillation_loss
 from fedshare.functional.losses import distillation_kl
 from fedshare.strategies._personal import PERSONAL, personal_init
 from fedshare.strategies.base import Update
 from fedshare.strategies.fedproto import prototype_message
-from helpers import digits_federation, without_wall_time
+from helpers import DIGITS_TRAIN, digits_federation, without_wall_time
 from hetero_runs import CLIENTS, chance_bound, digits_run, server_side
 
 BOUND = chance_bound(digits_federation("iid", CLIENTS))
@@ -156,3 +161,26 @@ def test_fd_with_lambda_zero_is_local_training():
         FlatState(shown[0]).flatten(shown[0]), FlatState(shown[1]).flatten(shown[1])
     )
     assert fd.history[-1]["train_loss"] == pytest.approx(local.history[-1]["train_loss"])
+
+
+def test_fd_client_loss_is_ce_plus_lambda_kd_and_it_sends_exactly_its_labels():
+    """The local loss is CE + λ·KD toward the received logits (its sign and weight), and the
+    upload holds every label the client has, a label of one sample too, and no other."""
+    strategy, data = server_side("fd", {"lam": 0.5, "temperature": 2.0})
+    y = data.dataset.y_train
+    indices = torch.cat([torch.nonzero(y == 0).flatten()[:1], torch.nonzero(y == 3).flatten()[:9]])
+    worker = copy.deepcopy(strategy.model)
+    client = Client(0, 1, indices, data.dataset, worker, TrainConfig(**DIGITS_TRAIN), 0)
+    targets = torch.randn(10, 10)
+    held = torch.zeros(10, dtype=torch.bool)
+    held[[0, 3, 5]] = True
+    message = prototype_message(targets, held)
+    net, loss_fn = strategy.local_step(client, message)
+    x, labels = client.data()
+    z = net(x)
+    expected = F.cross_entropy(z, labels) + 0.5 * label_distillation_loss(
+        z, labels, targets, held, 2.0
+    )
+    torch.testing.assert_close(loss_fn(net, x, labels), expected)
+    sent = strategy.uploaded(client, net, torch.tensor(0.0), message).payload
+    assert sent["proto_classes"].tolist() == [0, 3]
