@@ -782,6 +782,7 @@ METHODS: dict[str, Target] = {
                 "a_tracker_of_no_clients_reports_zero_exposure",
                 "one_client_of_one_sample_is_fully_exposed",
                 "the_expected_pair_exposure_is_zero_before_the_second_round",
+                "contributor_distances_are_taken_in_the_mds_embedding_only_when_dims_is_given",
             )
         ),
     ),

@@ -228,3 +228,13 @@ def test_the_expected_pair_exposure_is_zero_before_the_second_round():
     assert expected_pair_exposure(0, 0.5) == 0.0
     assert expected_pair_exposure(1, 0.5) == 0.0
     assert expected_pair_exposure(3, 0.5) == pytest.approx(1 - 0.75**2)
+
+
+def test_contributor_distances_are_taken_in_the_mds_embedding_only_when_dims_is_given():
+    sample = torch.tensor([[0.0, 0.0]])
+    contributors = torch.tensor([[[3.0, 0.0], [0.0, 1.0]]])
+    assert min_contributor_distance(sample, contributors).item() == pytest.approx(1.0)
+    embedded = classical_mds(torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.0, 1.0]]), 1)
+    want = (embedded[1:] - embedded[0]).norm(dim=1).min().item()
+    assert want < 0.5  # one dimension: the point off the main axis lands near the sample
+    assert min_contributor_distance(sample, contributors, dims=1).item() == pytest.approx(want)
