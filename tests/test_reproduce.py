@@ -38,7 +38,7 @@ from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
 
 TINY = str(Path(__file__).parent / "data" / "reproduce" / "tiny.yaml")
-PAPERS = ("xormixfl", "rebafl", "flea", "fedpft", "fedaa")
+PAPERS = ("xormixfl", "rebafl", "flea", "fedpft", "fedaa", "fedproto", "fedtgp")
 FEDPFT_OTHER = {  # FedPFT's named scales that are no claim check: the docs' other tables
     "fedpft/table2": ("topology",),
     "fedpft/table5": ("head_budget", "server_distill", "frontier"),
@@ -503,6 +503,24 @@ def test_statistics_are_read_from_a_run_folder_by_name():
     )
     assert stat_label("seeds:wall_time_s") == "s / run per seed" and stat_label("x%") == "x %"
     assert stat_label("seeds:cpu_time_s") == "CPU s / run per seed"
+
+
+def test_a_curve_statistic_of_another_key_reads_that_keys_rounds():
+    """`STAT@KEY` (the heterogeneous papers' best mean personal accuracy): the curve statistic
+    over KEY's per-round values, rounds without KEY skipped; not the accuracy's curve."""
+    history = [
+        {"round": 1, "accuracy": 90.0, "personal_accuracy": 40.0},
+        {"round": 2, "accuracy": 10.0},
+        {"round": 3, "accuracy": 20.0, "personal_accuracy": 70.0},
+        {"round": 4, "accuracy": 30.0, "personal_accuracy": 60.0},
+    ]
+    run = {"summary": {"personal_accuracy": 60.0}, "config": {}, "history": history}
+    assert cell_value(run, "best@personal_accuracy") == 70.0
+    assert cell_value(run, "last2@personal_accuracy") == 65.0
+    assert cell_value(run, "best") == 90.0 and cell_value(run, "best@absent") is None
+    assert cell_value(run, "best@personal_accuracy/10") == 7.0  # `/K` applies to the whole
+    assert cell_value(run, "nope@personal_accuracy") is None
+    assert stat_label("best@personal_accuracy") == "best personal_accuracy"
 
 
 def test_a_round_range_and_the_best_round_of_a_100_round_curve():

@@ -9,7 +9,9 @@ statistic of the accuracy curve (`curve_value`: `best`, `settled`, `last5`, `min
 `absdelta_last50`, `absdelta_from10`, ...), `best_round` (the round of the best accuracy),
 `target_label_accuracy`, `seconds_per_round`, `bytes_sent` (the run's bytes up + down + peer),
 or else the last round's record of the key (`test_davies_bouldin`); `NAME%` is the value × 100,
-`NAME/K` the value divided by the number K (`bytes_sent/1e6`: MB).
+`NAME/K` the value divided by the number K (`bytes_sent/1e6`: MB), `STAT@KEY` a curve statistic
+of another key's per-round values (`best@personal_accuracy`: the best round of the clients' mean
+personal accuracy, as the heterogeneous papers report it).
 A scale's `lists` (summary keys whose value is a list per run, e.g. the chain's per-client
 accuracies) are kept per seed beside the value.
 
@@ -49,6 +51,9 @@ SCALED = re.compile(r"(?P<name>.+)/(?P<by>[0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)")
 BYTES_SENT = ("bytes_up", "bytes_down", "bytes_peer")
 """The byte counts whose sum is what a run sent (`bytes_sent`): client → server, server →
 client and client → client (the engine's cumulative counts)."""
+CURVE_OF = re.compile(r"(?P<stat>[a-z0-9_]+)@(?P<key>.+)")
+"""`STAT@KEY`: curve statistic STAT (`best`, `last5`, ...) of KEY's values over the evaluated
+rounds instead of the accuracy's."""
 PER_SEED = "seeds"
 """`seeds` (the metric) or `seeds:NAME`: each seed's value, listed."""
 
@@ -172,6 +177,10 @@ def cell_value(run: dict[str, Any], name: str) -> float | None:
         return None if last is None else float(last["wall_time_s"]) / int(last["round"])
     if name in run["summary"]:
         return finite(run["summary"][name])
+    of = CURVE_OF.fullmatch(name)
+    if of is not None and is_curve(of["stat"]):
+        values = [finite(r.get(of["key"])) for r in history]
+        return curve_value([v for v in values if v is not None], of["stat"])
     if is_curve(name):
         accuracy = [finite(r.get("accuracy")) for r in history]
         return curve_value([a for a in accuracy if a is not None], name)

@@ -11,6 +11,7 @@ from fedshare.paper.compare import load_table
 from fedshare.reproduce.jobs import Layout
 from fedshare.reproduce.measure import (
     CURVE,
+    CURVE_OF,
     DEFAULT_STATS,
     PER_SEED,
     SCALED,
@@ -94,6 +95,9 @@ def stat_label(name: str) -> str:
     scaled = SCALED.fullmatch(name)
     if scaled is not None:
         return f"{stat_label(scaled['name'])} / {scaled['by']}"
+    of = CURVE_OF.fullmatch(name)
+    if of is not None:
+        return f"{stat_label(of['stat'])} {of['key']}"
     match = CURVE.fullmatch(name)
     if match is None:
         return name

@@ -1,0 +1,42 @@
+"""The heterogeneous family's reproduce jobs (docs/heterogeneous-records.md): FedGH's CIFAR-10
+check runs exactly fedtgp/table1's cpu stand-in cells, and the family's jobs name the rows the
+docs say they run."""
+
+from fedshare.paper.compare import entries
+from fedshare.reproduce import cells, load_job
+
+
+def test_fedghs_check_runs_the_cells_of_fedtgps_cpu_stand_in():
+    """fedgh/cifar10's cells are stored from fedtgp/table1's cpu runs: the same run folders and
+    the same overrides (as a set: their order differs only where keys differ)."""
+    tgp = {c.folder: set(c.overrides) for c in cells("fedtgp/table1", "cpu")}
+    gh = {c.folder: set(c.overrides) for c in cells("fedgh/cifar10", "cpu")}
+    assert gh and set(gh) <= set(tgp)
+    assert all(gh[folder] == tgp[folder] for folder in gh)
+    assert {f.split("/")[1] for f in gh} == {
+        "local_only",
+        "lg_fedavg",
+        "fml",
+        "fedkd",
+        "fedproto",
+        "fedgh",
+    }
+
+
+def test_the_family_jobs_rows():
+    """FedProto's table: the rows fedshare has (FeSEM, FedPer, FedRep not); FedTGP's: every row
+    but FedGen, plus local-only and FedGH; the family check: the methods without a job of their
+    own, and the local-only floor."""
+    proto = load_job("fedproto/table1")
+    assert [m for m, o in proto.methods.items() if o is not None] == [
+        "local_only",
+        "fedprox",
+        "fedavg",
+        "fedproto",
+        "fedproto_mh",
+    ]
+    assert {e.method for e in entries("fedproto_table1")} >= {"fesem", "fedper", "fedrep"}
+    tgp = {c.method for c in cells("fedtgp/table1", "cpu", seeds=[0])}
+    assert tgp == {"lg_fedavg", "fml", "fedkd", "fd", "fedproto", "fedtgp", "local_only", "fedgh"}
+    family = {c.method for c in cells("hetero/family", "preset", seeds=[0])}
+    assert family == {"local_only", "fd", "fml", "lg_fedavg", "fedkd", "fedmrl"}
