@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fedshare.config.compose import (
     check_command_line,
@@ -299,3 +300,16 @@ def test_a_run_is_composed_once_and_builds_its_strategy_once(tmp_path, monkeypat
     assert run_counted(monkeypatch, [*argv, "rounds=1"]) == once
     assert run_counted(monkeypatch, [*argv, "rounds=2", "resume=true"]) == once
     assert [r["round"] for r in read_metrics(tmp_path / "r" / "metrics.jsonl")] == [1, 2]
+
+
+def test_no_shipped_config_sets_hydra_mode():
+    """`fedshare.run` answers Hydra's `get_mode` without composing (one composition a run);
+    that answer is right only while no config of configs/ sets `hydra.mode`."""
+    from fedshare.run import config_dir
+
+    setting = [
+        str(path.relative_to(config_dir()))
+        for path in config_dir().rglob("*.yaml")
+        if "mode" in ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {})
+    ]
+    assert setting == []

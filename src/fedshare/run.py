@@ -66,11 +66,17 @@ def config_dir() -> Path:
 ConfigStore.instance().store(name="fedshare_schema", node=RunConfig)
 
 
-def mode_from_flags(self: Hydra, config_name: str | None, overrides: list[str]) -> None:
+_hydra_get_mode = Hydra.get_mode
+
+
+def mode_from_flags(self: Hydra, config_name: str | None, overrides: list[str]) -> Any:
     """Replaces Hydra's `get_mode`, which composes the whole config once more only to read
-    `hydra.mode`. fedshare's configs never set it (a sweep is `-m`), and for such a config
-    Hydra takes the mode from the command line's `-m` when `get_mode` says None: the same
-    mode, and one run is composed once (tests/test_cli.py counts the compositions)."""
+    `hydra.mode`. fedshare's configs never set it (a sweep is `-m`; tests/test_cli.py checks
+    the configs), and for such a config Hydra takes the mode from the command line's `-m`
+    when `get_mode` says None: the same mode, and one run is composed once (tests/test_cli.py
+    counts the compositions). A command line that sets `hydra.mode` gets Hydra's own answer."""
+    if any(o.lstrip("+~").startswith("hydra.mode") for o in overrides):
+        return _hydra_get_mode(self, config_name, overrides)
     return None
 
 
