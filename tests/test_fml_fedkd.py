@@ -27,6 +27,19 @@ def test_shared_model_is_the_sample_weighted_mean_of_the_uploads():
     torch.testing.assert_close(strategy.flat.flatten(strategy.global_model()), mean)
 
 
+def test_kl_to_is_the_batch_mean_kl_from_the_teacher_and_reaches_both_inputs():
+    torch.manual_seed(0)
+    student = torch.randn(5, 4, requires_grad=True)
+    teacher = torch.randn(5, 4, requires_grad=True)
+    p = F.softmax(teacher, dim=1)
+    by_hand = (p * (p.log() - F.log_softmax(student, dim=1))).sum() / 5
+    loss = kl_to(student, teacher)
+    torch.testing.assert_close(loss, by_hand)
+    assert kl_to(student, student).abs() < 1e-6 and loss > 0
+    loss.backward()
+    assert student.grad.abs().sum() > 0 and teacher.grad.abs().sum() > 0
+
+
 def test_mutual_loss_distils_each_model_toward_the_others_fixed_output():
     torch.manual_seed(0)
     z_p = torch.randn(5, 4, requires_grad=True)
