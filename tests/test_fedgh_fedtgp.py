@@ -160,6 +160,18 @@ def test_fedtgp_margin_is_capped_by_the_threshold():
     assert strategy.margin == 1.5
 
 
+def test_fedtgp_margin_is_zero_while_a_single_class_has_been_uploaded():
+    """No other class center, no gap: the margin is 0 (the TGP still trains)."""
+    strategy, _ = server_side("fedtgp", {"server_epochs": 1})
+    held = torch.zeros(10, dtype=torch.bool)
+    held[2] = True
+    upload = prototype_message(torch.randn(10, strategy.feature_dim), held).payload
+    before = strategy.tgp.fc.weight.clone()
+    strategy.aggregate(iter([Update(0, 10, payload=upload)]), 0)
+    assert strategy.margin == 0.0
+    assert not torch.equal(strategy.tgp.fc.weight, before)
+
+
 def test_fedtgp_sends_prototypes_without_counts_and_learns():
     result = digits_run("fedtgp", rounds=3, params={"server_epochs": 10})
     first, second = result.history[:2]
