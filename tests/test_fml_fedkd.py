@@ -71,6 +71,19 @@ def test_energy_rank_keeps_the_fewest_singular_values_holding_the_energy():
     assert energy_rank(s, 0.95) == 3
 
 
+def test_energy_rank_of_an_all_zero_spectrum_is_one():
+    assert energy_rank(torch.zeros(3), 0.9) == 1
+
+
+def test_a_matrix_is_factored_only_when_its_factors_are_fewer_numbers():
+    """A rank-1 2×3 matrix: 2 + 1 + 3 factor entries, as many as its own 6, so it goes whole;
+    a rank-1 2×4 one: 7 factor entries against 8, so its factors go."""
+    gen = torch.Generator().manual_seed(0)
+    for cols, kind in ((3, {"full"}), (4, {"u", "s", "v"})):
+        matrix = torch.randn(2, 1, generator=gen) @ torch.randn(1, cols, generator=gen)
+        assert set(compress(matrix, 0.99)) == kind
+
+
 def test_a_low_rank_matrix_travels_as_its_factors_and_comes_back():
     gen = torch.Generator().manual_seed(0)
     matrix = torch.randn(40, 2, generator=gen) @ torch.randn(2, 30, generator=gen)
@@ -92,6 +105,9 @@ def test_energy_grows_linearly_from_start_to_end():
     assert energy_schedule(0.95, 0.98, 0, 4) == 0.95
     assert energy_schedule(0.95, 0.98, 3, 4) == pytest.approx(0.98)
     assert energy_schedule(0.95, 0.98, 1, 4) == pytest.approx(0.96)
+    assert energy_schedule(0.95, 0.98, 0, 2) == 0.95
+    assert energy_schedule(0.95, 0.98, 1, 2) == pytest.approx(0.98)
+    assert energy_schedule(0.95, 0.98, 0, 1) == 0.98  # a single round keeps the end energy
 
 
 # ---------------------------------------------------------------- FedKD
