@@ -75,6 +75,11 @@ def test_energy_rank_of_an_all_zero_spectrum_is_one():
     assert energy_rank(torch.zeros(3), 0.9) == 1
 
 
+def test_energy_rank_holds_for_a_spectrum_of_total_energy_below_one():
+    s = torch.tensor([0.6, 0.5, 0.4])  # energies 0.36, 0.25, 0.16 of 0.77
+    assert energy_rank(s, 0.5) == 2
+
+
 def test_a_matrix_is_factored_only_when_its_factors_are_fewer_numbers():
     """A rank-1 2×3 matrix: 2 + 1 + 3 factor entries, as many as its own 6, so it goes whole;
     a rank-1 2×4 one: 7 factor entries against 8, so its factors go."""
