@@ -875,7 +875,7 @@ METHODS: dict[str, Target] = {
                 "train_on_prototypes",
             ),
         },
-        "tests/test_fedgh_fedtgp.py -k 'fedgh'",
+        "tests/test_fedgh_fedtgp.py -k 'fedgh_ or upload_holds or server_batches'",
     ),
     "fedtgp": Target(  # FedTGP (Zhang et al. 2024): trainable prototypes, the adaptive margin
         {
@@ -886,7 +886,7 @@ METHODS: dict[str, Target] = {
                 "FedTGP.global_prototypes",
             ),
         },
-        "tests/test_fedgh_fedtgp.py -k 'gap or margin or fedtgp'",
+        "tests/test_fedgh_fedtgp.py -k 'gap or margin or fedtgp_ or upload_holds'",
     ),
     "fml": Target(  # FML (Shen et al. 2020): mutual learning, the averaged meme model
         {
@@ -897,7 +897,7 @@ METHODS: dict[str, Target] = {
             ),
             "src/fedshare/functional/logit_sharing.py": ("kl_to",),
         },
-        "tests/test_fml_fedkd.py -k 'shared_model or mutual_loss or fml'",
+        "tests/test_fml_fedkd.py -k 'shared_model or kl_to or mutual_loss or fml_sends'",
     ),
     "fedkd": Target(  # FedKD (Wu et al. 2022): adaptive mutual distillation, SVD at energy T
         {
@@ -916,7 +916,7 @@ METHODS: dict[str, Target] = {
                 "FedKD.absorb",
             ),
         },
-        "tests/test_fml_fedkd.py -k 'energy or low_rank or factored or adaptive or fedkd'",
+        "tests/test_fml_fedkd.py -k 'energy or low_rank or factored or adaptive or fedkd_'",
     ),
     "fedmrl": Target(  # FedMRL (Yi et al. 2024): the matryoshka representations
         {

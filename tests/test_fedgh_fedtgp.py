@@ -1,17 +1,22 @@
 """FedGH (a header trained on prototypes by the server) and FedTGP (trainable global
 prototypes with an adaptive margin): the server steps, what travels, and digits runs."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from fedshare.config import TrainConfig
+from fedshare.engine.client import Client
 from fedshare.engine.flat import FlatState
 from fedshare.errors import FedshareError
 from fedshare.functional.prototype_losses import class_gap, margin_prototype_loss
 from fedshare.strategies._personal import PERSONAL
+from fedshare.strategies._server_training import prototype_batches
 from fedshare.strategies.base import Update
 from fedshare.strategies.fedproto import prototype_message
-from helpers import digits_federation
+from helpers import DIGITS_TRAIN, digits_federation
 from hetero_runs import CLIENTS, chance_bound, digits_run, server_side
 
 BOUND = chance_bound(digits_federation("iid", CLIENTS))
@@ -40,6 +45,45 @@ def separated_uploads(d: int, clients: int = 3, classes: int = 10) -> list[Updat
         )
         for k in range(clients)
     ]
+
+
+def one_and_nine_client(strategy, data) -> Client:
+    """A client holding one sample of class 0 and nine of class 3, nothing else."""
+    y = data.dataset.y_train
+    indices = torch.cat([torch.nonzero(y == 0).flatten()[:1], torch.nonzero(y == 3).flatten()[:9]])
+    worker = copy.deepcopy(strategy.model)
+    return Client(0, 1, indices, data.dataset, worker, TrainConfig(**DIGITS_TRAIN), 0)
+
+
+@pytest.mark.parametrize("name", ["fedgh", "fedtgp"])
+def test_the_upload_holds_the_feature_mean_of_each_held_class_and_no_other(name):
+    """A class of a single sample is sent too; a class the client lacks is not."""
+    strategy, data = server_side(name)
+    client = one_and_nine_client(strategy, data)
+    net, _ = strategy.local_step(client, strategy.broadcast(0))
+    sent = strategy.uploaded(client, net, torch.tensor(0.0), strategy.broadcast(0)).payload
+    assert sent["proto_classes"].tolist() == [0, 3]
+    x, y = client.data()
+    net.eval()
+    with torch.no_grad():
+        features = net.features(x).flatten(1)
+    means = torch.stack([features[y == 0].mean(0), features[y == 3].mean(0)])
+    torch.testing.assert_close(sent["prototypes"], means)
+
+
+def test_server_batches_are_shuffled_passes_each_holding_every_upload_once():
+    prototypes = torch.arange(25.0).unsqueeze(1).repeat(1, 3)
+    labels = torch.arange(25)
+    batches = list(prototype_batches(prototypes, labels, 10, 2, 0, "fedgh", 4))
+    assert [len(y) for _, y in batches] == [10, 10, 5, 10, 10, 5]
+    for p, y in batches:
+        assert torch.equal(p, prototypes[y])  # each prototype keeps its label
+    first = torch.cat([y for _, y in batches[:3]])
+    second = torch.cat([y for _, y in batches[3:]])
+    assert sorted(first.tolist()) == sorted(second.tolist()) == list(range(25))
+    assert not torch.equal(first, labels) and not torch.equal(first, second)
+    again = list(prototype_batches(prototypes, labels, 10, 2, 0, "fedgh", 4))
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(batches, again, strict=True))
 
 
 # ---------------------------------------------------------------- FedGH
@@ -114,6 +158,18 @@ def test_fedtgp_margin_is_capped_by_the_threshold():
     strategy, _ = server_side("fedtgp", {"server_epochs": 1, "margin_threshold": 1.5})
     strategy.aggregate(iter(separated_uploads(strategy.feature_dim)), 0)
     assert strategy.margin == 1.5
+
+
+def test_fedtgp_margin_is_zero_while_a_single_class_has_been_uploaded():
+    """No other class center, no gap: the margin is 0 (the TGP still trains)."""
+    strategy, _ = server_side("fedtgp", {"server_epochs": 1})
+    held = torch.zeros(10, dtype=torch.bool)
+    held[2] = True
+    upload = prototype_message(torch.randn(10, strategy.feature_dim), held).payload
+    before = strategy.tgp.fc.weight.clone()
+    strategy.aggregate(iter([Update(0, 10, payload=upload)]), 0)
+    assert strategy.margin == 0.0
+    assert not torch.equal(strategy.tgp.fc.weight, before)
 
 
 def test_fedtgp_sends_prototypes_without_counts_and_learns():

@@ -1,11 +1,12 @@
 """FedMRL: matryoshka representations of a shared small model and a personal one."""
 
 import torch
+import torch.nn.functional as F
 
 from fedshare.engine.flat import FlatState
 from fedshare.models import build_model
 from fedshare.strategies._personal import PERSONAL
-from fedshare.strategies.fedmrl import MRLNet, MRLPersonal
+from fedshare.strategies.fedmrl import MRLNet, MRLPersonal, matryoshka_loss
 from helpers import digits_federation
 from hetero_runs import CLIENTS, chance_bound, digits_run, server_side
 
@@ -29,6 +30,14 @@ def test_the_shared_header_reads_only_the_first_d1_dimensions():
     torch.testing.assert_close(new_g, out_g)
     assert not torch.allclose(new_l, out_l)
     assert torch.equal(net(x), new_l)  # inference is the local header on all d dimensions
+
+
+def test_matryoshka_loss_is_the_sum_of_both_headers_cross_entropies():
+    net = small_net()
+    x, y = torch.randn(7, 5), torch.tensor([0, 1, 2, 0, 1, 2, 0])
+    out_g, out_l = net.both(x)
+    expected = F.cross_entropy(out_g, y) + F.cross_entropy(out_l, y)
+    torch.testing.assert_close(matryoshka_loss(net, x, y), expected)
 
 
 def test_personal_models_are_evaluated_with_the_current_shared_model():

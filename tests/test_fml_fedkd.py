@@ -27,6 +27,19 @@ def test_shared_model_is_the_sample_weighted_mean_of_the_uploads():
     torch.testing.assert_close(strategy.flat.flatten(strategy.global_model()), mean)
 
 
+def test_kl_to_is_the_batch_mean_kl_from_the_teacher_and_reaches_both_inputs():
+    torch.manual_seed(0)
+    student = torch.randn(5, 4, requires_grad=True)
+    teacher = torch.randn(5, 4, requires_grad=True)
+    p = F.softmax(teacher, dim=1)
+    by_hand = (p * (p.log() - F.log_softmax(student, dim=1))).sum() / 5
+    loss = kl_to(student, teacher)
+    torch.testing.assert_close(loss, by_hand)
+    assert kl_to(student, student).abs() < 1e-6 and loss > 0
+    loss.backward()
+    assert student.grad.abs().sum() > 0 and teacher.grad.abs().sum() > 0
+
+
 def test_mutual_loss_distils_each_model_toward_the_others_fixed_output():
     torch.manual_seed(0)
     z_p = torch.randn(5, 4, requires_grad=True)
@@ -58,6 +71,24 @@ def test_energy_rank_keeps_the_fewest_singular_values_holding_the_energy():
     assert energy_rank(s, 0.95) == 3
 
 
+def test_energy_rank_of_an_all_zero_spectrum_is_one():
+    assert energy_rank(torch.zeros(3), 0.9) == 1
+
+
+def test_energy_rank_holds_for_a_spectrum_of_total_energy_below_one():
+    s = torch.tensor([0.6, 0.5, 0.4])  # energies 0.36, 0.25, 0.16 of 0.77
+    assert energy_rank(s, 0.5) == 2
+
+
+def test_a_matrix_is_factored_only_when_its_factors_are_fewer_numbers():
+    """A rank-1 2×3 matrix: 2 + 1 + 3 factor entries, as many as its own 6, so it goes whole;
+    a rank-1 2×4 one: 7 factor entries against 8, so its factors go."""
+    gen = torch.Generator().manual_seed(0)
+    for cols, kind in ((3, {"full"}), (4, {"u", "s", "v"})):
+        matrix = torch.randn(2, 1, generator=gen) @ torch.randn(1, cols, generator=gen)
+        assert set(compress(matrix, 0.99)) == kind
+
+
 def test_a_low_rank_matrix_travels_as_its_factors_and_comes_back():
     gen = torch.Generator().manual_seed(0)
     matrix = torch.randn(40, 2, generator=gen) @ torch.randn(2, 30, generator=gen)
@@ -79,6 +110,9 @@ def test_energy_grows_linearly_from_start_to_end():
     assert energy_schedule(0.95, 0.98, 0, 4) == 0.95
     assert energy_schedule(0.95, 0.98, 3, 4) == pytest.approx(0.98)
     assert energy_schedule(0.95, 0.98, 1, 4) == pytest.approx(0.96)
+    assert energy_schedule(0.95, 0.98, 0, 2) == 0.95
+    assert energy_schedule(0.95, 0.98, 1, 2) == pytest.approx(0.98)
+    assert energy_schedule(0.95, 0.98, 0, 1) == 0.98  # a single round keeps the end energy
 
 
 # ---------------------------------------------------------------- FedKD
