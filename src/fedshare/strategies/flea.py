@@ -31,24 +31,24 @@ running best accuracy includes the warm-up round's model.
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshare.config.rules import ANY, FRACTION, NON_NEGATIVE, POSITIVE, SIZE, Rule, ruled
 from fedshare.engine.batched import Batch, StackedLoss
 from fedshare.engine.client import Client
 from fedshare.engine.rng import numpy_rng
 from fedshare.engine.training import shuffled_positions
 from fedshare.errors import FedshareError, choices_message
-from fedshare.functional.losses import KD_DIRECTIONS, distillation_kl, soft_cross_entropy
+from fedshare.functional.losses import distillation_kl, soft_cross_entropy
 from fedshare.functional.mixup import beta_weights, mix_labels, mix_pair
 from fedshare.models.base import BlockModel, as_block_model, require_body
-from fedshare.privacy.dcor import VARIANTS, distance_correlation, mean_distance_correlation
+from fedshare.privacy.dcor import distance_correlation, mean_distance_correlation
 from fedshare.privacy.exposure import ExposureTracker
+from fedshare.strategies._flea_params import DCOR_SCHEDULES, FLeaParameters
 from fedshare.strategies._local import train_local, train_stacked
 from fedshare.strategies._sharing import fixed_subset
 from fedshare.strategies.base import (
@@ -60,10 +60,6 @@ from fedshare.strategies.base import (
     Update,
     register_strategy,
 )
-
-KD_INPUTS = ("buffer", "mixed")
-DCOR_SCHEDULES = ("linear", "constant")
-BN_MODES = ("eval", "train")
 
 
 def dcor_weight_at(
@@ -82,8 +78,9 @@ def dcor_weight_at(
 
 @register_strategy("flea")
 @dataclass
-class FLea(Strategy):
-    """Feature sharing through a global buffer rebuilt every round (Section 3)."""
+class FLea(FLeaParameters, Strategy):
+    """Feature sharing through a global buffer rebuilt every round (Section 3); its parameters
+    and their sources are `FLeaParameters`."""
 
     train_defaults: ClassVar[Mapping[str, Any]] = {
         "optimizer": "adam",
@@ -94,125 +91,6 @@ class FLea(Strategy):
         "lr_decay": 0.018,
         "lr_floor": 1e-4,
     }
-
-    share_fraction: float = ruled(0.1, FRACTION, source="paper: FLea §4.1, α = 10 %")
-    share_with_replacement: bool = ruled(
-        False,
-        ANY,
-        source="rule: without replacement, the paper's subset S_k (FLea's code draws with "
-        "replacement: true)",
-    )
-    share_min_samples: int = ruled(
-        10,
-        replace(SIZE, low=0),
-        source="code: FLea's code (XTxiatong/FLea, clients under 10 samples share nothing)",
-    )
-    share_features: bool = ruled(
-        True,
-        ANY,
-        source="paper: FLea §3 (false is the 'without mix-up' ablation)",
-    )
-    """False: no buffer is ever built ("FLea without mix-up", Section 4.3.1: local CE + dCor
-    only)."""
-    split_layer: int | None = ruled(
-        None,
-        Rule(low=0, optional=True),
-        source="paper: FLea §4.1, the model's FLea split ('after several convolutional layers', "
-        "each model's flea_layer)",
-    )
-    """Blocks in the extractor θ[:l]; None = the model's FLea split (`flea_layer`)."""
-    allow_penultimate_split: bool = ruled(
-        False,
-        ANY,
-        source="rule: off, FLea's split is an early block (§3, 'after several convolutional "
-        "layers')",
-    )
-    """Allow l = the head's input (λ2 was tuned for early layers; there it ruins accuracy)."""
-    beta_a: float = ruled(2.0, POSITIVE, source="paper: FLea §3, mix-up weights β ~ Beta(2, 2)")
-    beta_per_sample: bool = ruled(
-        True,
-        ANY,
-        source="code: FLea's code (XTxiatong/FLea, one β per sample)",
-    )
-    local_ce_weight: float = ruled(
-        1.0,
-        NON_NEGATIVE,
-        source="code: FLea's code (XTxiatong/FLea adds plain CE on the local batch)",
-    )
-    mix_ce_weight: float = ruled(
-        1.0,
-        NON_NEGATIVE,
-        source="paper: FLea §3 Eq. 3, the mixed CE at unit weight",
-    )
-    kd_weight: float = ruled(1.0, NON_NEGATIVE, source="paper: FLea §3 Eq. 6, λ1 = 1")
-    kd_input: str = ruled(
-        "buffer",
-        Rule(choices=KD_INPUTS),
-        source="code: FLea's code (XTxiatong/FLea, KD on the buffer's activations)",
-    )
-    kd_direction: str = ruled(
-        "teacher_to_student",
-        Rule(choices=KD_DIRECTIONS),
-        source="code: FLea's code (XTxiatong/FLea, KL(global ‖ local))",
-    )
-    kd_temperature: float = ruled(
-        1.0,
-        POSITIVE,
-        source="code: FLea's code (XTxiatong/FLea, temperature 1)",
-    )
-    dcor_weight: float = ruled(3.0, NON_NEGATIVE, source="paper: FLea §3 Eq. 6, λ2 = 3")
-    dcor_schedule: str = ruled(
-        "linear",
-        Rule(choices=DCOR_SCHEDULES),
-        source="code: FLea's code (XTxiatong/FLea, the linear λ2 schedule)",
-    )
-    dcor_decay: float = ruled(
-        0.1,
-        NON_NEGATIVE,
-        source="code: FLea's code (XTxiatong/FLea, λ2 = 3 − 0.1·g)",
-    )
-    dcor_floor: float = ruled(
-        1.0,
-        NON_NEGATIVE,
-        source="code: FLea's code (XTxiatong/FLea, λ2 = 1 from g = 20)",
-    )
-    dcor_variant: str = ruled(
-        "code",
-        Rule(choices=VARIANTS),
-        source="code: FLea's code (XTxiatong/FLea, plain-distance dCor)",
-    )
-    warmup: bool = ruled(
-        True,
-        ANY,
-        source="code: FLea's code (XTxiatong/FLea, the warm-up round g = 0)",
-    )
-    warmup_epoch_multiplier: int = ruled(
-        3,
-        Rule(low=1, high=100),
-        source="code: FLea's code (XTxiatong/FLea, warm-up 3·E epochs)",
-    )
-    warmup_kd_weight: float = ruled(
-        0.5,
-        NON_NEGATIVE,
-        source="code: FLea's code (XTxiatong/FLea, warm-up 0.5·KD)",
-    )
-    warmup_dcor_weight: float = ruled(
-        3.0,
-        NON_NEGATIVE,
-        source="code: FLea's code (XTxiatong/FLea, warm-up 3·dCor)",
-    )
-    extract_bn_mode: str = ruled(
-        "eval",
-        Rule(choices=BN_MODES),
-        source="code: FLea's code (XTxiatong/FLea extracts the shared activations in eval mode)",
-    )
-    metric_chunk: int = ruled(
-        32,
-        SIZE,
-        source="rule: engineering only (the chunk of the privacy metric's batches); no effect on "
-        "training",
-    )
-    """Chunk size of the shared-activation dCor metric (dCor's bias depends on n)."""
 
     # ------------------------------------------------------------------ setup
     def setup(self, ctx: SetupContext) -> None:
