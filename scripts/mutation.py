@@ -772,6 +772,7 @@ METHODS: dict[str, Target] = {
                 "a_zero_distance_has_a_zero_root_and_gradient_without_epsilon",
                 "chunks_join_a_short_remainder_and_use_at_least_min_size",
                 "the_metric_is_the_mean_over_every_clients_chunks_in_double_precision",
+                "the_metrics_default_chunk_is_32_items",
             )
         ),
     ),

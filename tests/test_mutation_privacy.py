@@ -433,3 +433,10 @@ def test_the_metric_is_the_mean_over_every_clients_chunks_in_double_precision():
     )
     with pytest.raises(ValueError):
         mean_distance_correlation(clients_x, clients_f[:2], chunk=4)
+
+
+def test_the_metrics_default_chunk_is_32_items():
+    x = rows(64, 3, 24)
+    f = torch.tanh(x @ rows(3, 2, 25)) + 0.5 * rows(64, 2, 26)
+    halves = [distance_correlation(x[:32], f[:32]), distance_correlation(x[32:], f[32:])]
+    assert mean_distance_correlation(x, f) == pytest.approx(float(sum(halves)) / 2, rel=1e-12)
