@@ -764,6 +764,7 @@ METHODS: dict[str, Target] = {
                 "code_form_dcor_is_the_definition_with_the_codes_epsilons",
                 "code_form_default_epsilon_is_the_codes_1e_minus_7",
                 "paper_form_dcor_is_eq5_on_squared_or_plain_distances",
+                "the_paper_forms_denominator_is_floored_at_epsilon",
                 "two_samples_are_enough_and_one_is_refused",
                 "a_constant_side_gives_zero_not_nan",
                 "inputs_of_any_shape_are_flattened_per_sample_and_batch_dims_index_groups",

@@ -293,10 +293,12 @@ def ref_code_dcor(x: torch.Tensor, f: torch.Tensor, eps: float) -> float:
 
 
 def ref_paper_dcor(x: torch.Tensor, f: torch.Tensor, squared: bool, eps: float) -> float:
-    """Eq. 5: ν²(x, f) / √(ν²(x, x)·ν²(f, f))."""
+    """Eq. 5: ν²(x, f) / √(ν²(x, x)·ν²(f, f)), the denominator floored at ε (or the smallest
+    positive float when ε = 0)."""
     a = ref_centred(ref_distances(x, squared, eps))
     b = ref_centred(ref_distances(f, squared, eps))
-    return ref_nu2(a, b) / (ref_nu2(a, a) * ref_nu2(b, b)) ** 0.5
+    floor = eps if eps > 0 else torch.finfo(torch.float64).tiny
+    return ref_nu2(a, b) / max((ref_nu2(a, a) * ref_nu2(b, b)) ** 0.5, floor)
 
 
 @pytest.mark.parametrize("eps", [0.0, 1e-7, 0.3])
@@ -317,6 +319,15 @@ def test_paper_form_dcor_is_eq5_on_squared_or_plain_distances(squared, eps):
     value = distance_correlation(x, f, "paper", eps=eps, squared=squared)
     expected = ref_paper_dcor(x, f, squared is not False, eps)
     assert float(value) == pytest.approx(expected, rel=1e-12, abs=1e-14)
+
+
+def test_the_paper_forms_denominator_is_floored_at_epsilon():
+    x, f = 0.01 * rows(6, 3, 27), 0.01 * rows(6, 2, 28)  # √(ν²(x, x)·ν²(f, f)) ≈ 1e-7
+    for eps in (0.5, 1e-3):
+        value = distance_correlation(x, f, "paper", eps=eps)
+        expected = ref_paper_dcor(x, f, True, eps)
+        assert float(value) == pytest.approx(expected, rel=1e-12)
+        assert float(value) < 1e-3
 
 
 def test_two_samples_are_enough_and_one_is_refused():
