@@ -743,7 +743,7 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_results.py",
     ),
-    "privacy_metrics": Target(  # FLea's dCor (Sec. 3.3.2), exposure; XorMixFL's MDS (Sec. 4.2)
+    "dcor": Target(  # FLea's distance correlation (Sec. 3.3.2, Eqs. 5 and 8) and its metric
         {
             "src/fedshare/privacy/dcor.py": (
                 "_flatten",
@@ -756,6 +756,29 @@ METHODS: dict[str, Target] = {
                 "chunks",
                 "mean_distance_correlation",
             ),
+        },
+        f"{NO_CONFTEST} tests/test_dcor.py"
+        + "".join(
+            f" tests/test_mutation_privacy.py::test_{name}"
+            for name in (  # the definitions written out: no engine, no FLea
+                "code_form_dcor_is_the_definition_with_the_codes_epsilons",
+                "code_form_default_epsilon_is_the_codes_1e_minus_7",
+                "paper_form_dcor_is_eq5_on_squared_or_plain_distances",
+                "the_paper_forms_denominator_is_floored_at_epsilon",
+                "two_samples_are_enough_and_one_is_refused",
+                "a_constant_side_gives_zero_not_nan",
+                "inputs_of_any_shape_are_flattened_per_sample_and_batch_dims_index_groups",
+                "a_representation_of_another_dtype_is_compared_in_the_inputs_dtype",
+                "squared_distances_and_centring_are_the_definitions_per_group",
+                "a_zero_distance_has_a_zero_root_and_gradient_without_epsilon",
+                "chunks_join_a_short_remainder_and_use_at_least_min_size",
+                "the_metric_is_the_mean_over_every_clients_chunks_in_double_precision",
+                "the_metrics_default_chunk_is_32_items",
+            )
+        ),
+    ),
+    "privacy_metrics": Target(  # exposure; XorMixFL's MDS (Sec. 4.2)
+        {
             "src/fedshare/privacy/exposure.py": (
                 "ExposureTracker.record_shared",
                 "ExposureTracker.record_delivery",
@@ -770,12 +793,12 @@ METHODS: dict[str, Target] = {
                 "distance_stats",
             ),
         },
-        f"{NO_CONFTEST} tests/test_dcor.py tests/test_xormixfl.py::test_mds_metric"
+        f"{NO_CONFTEST} tests/test_xormixfl.py::test_mds_metric"
         " tests/test_flea.py::test_directed_pair_exposure_follows_the_closed_form"
         " tests/test_flea.py::test_exposure_tracker_data_fractions_and_state"
         + "".join(
             f" tests/test_mutation_privacy.py::test_{name}"
-            for name in (  # not a -k: it would deselect test_dcor.py's tests too
+            for name in (  # not a -k: it would deselect the other files' tests too
                 "pair_exposure_is_directed_and_data_exposure_per_client",
                 "classical_mds_keeps_the_largest_eigenvalues",
                 "distance_stats_of_no_samples_are_nan_under_the_prefix",

@@ -123,3 +123,14 @@ def test_a_split_keeps_its_groups_names_and_info():
     assert part.group_names == ["server", "device"]
     assert part.info["devices"] == [1, 2, 3]
     assert isinstance(Split([np.zeros(1)]).info, dict)
+
+
+def test_the_partitioners_three_positional_arguments_are_not_parameters():
+    """labels, num_clients and rng come from the run: a config key of those names is refused,
+    and the parameters listed are the partitioner's own."""
+    for key in ("labels", "num_clients", "rng"):
+        with pytest.raises(
+            FedshareError,
+            match=f"no parameter '{key}'.*count, groups, reuse",
+        ):
+            make_partition(LABELS, 3, {"name": "mutation_fixed", key: 1}, None)

@@ -9,6 +9,13 @@ import pytest
 import torch
 
 from fedshare.errors import FedshareError
+from fedshare.privacy.dcor import (
+    chunks,
+    distance_correlation,
+    double_center,
+    mean_distance_correlation,
+    squared_distances,
+)
 from fedshare.privacy.dp import (
     analytic_gaussian_std,
     fedpft_noise_std,
@@ -222,6 +229,7 @@ def test_one_client_of_one_sample_is_fully_exposed():
     tracker.record_delivery([0], [0])
     assert tracker.data_fractions() == [1.0]
     assert tracker.pair_exposure() == 1.0
+    assert tracker.metrics()["exposure_data_total"] == 1.0
 
 
 def test_the_expected_pair_exposure_is_zero_before_the_second_round():
@@ -238,3 +246,208 @@ def test_contributor_distances_are_taken_in_the_mds_embedding_only_when_dims_is_
     want = (embedded[1:] - embedded[0]).norm(dim=1).min().item()
     assert want < 0.5  # one dimension: the point off the main axis lands near the sample
     assert min_contributor_distance(sample, contributors, dims=1).item() == pytest.approx(want)
+
+
+# ------------------------------------------------ distance correlation against its definition
+def rows(n: int, d: int, seed: int) -> torch.Tensor:
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def ref_distances(x: torch.Tensor, squared: bool, eps: float) -> list[list[float]]:
+    """|x_j − x_k|² (squared) or √max(|x_j − x_k|², eps) with 0 on the diagonal when eps = 0,
+    written out per pair."""
+    n = x.shape[0]
+    flat = x.reshape(n, -1).tolist()
+    out = []
+    for j in range(n):
+        row = []
+        for k in range(n):
+            sq = sum((a - b) ** 2 for a, b in zip(flat[j], flat[k], strict=True))
+            sq = 0.0 if j == k else sq
+            row.append(sq if squared else (max(sq, eps) if eps > 0 else sq) ** 0.5)
+        out.append(row)
+    return out
+
+
+def ref_centred(e: list[list[float]]) -> list[list[float]]:
+    """Â_jk = a_jk − ā_j· − ā_·k + ā_·· (Székely's double centring), written out."""
+    n = len(e)
+    row = [sum(e[j]) / n for j in range(n)]
+    col = [sum(e[j][k] for j in range(n)) / n for k in range(n)]
+    grand = sum(row) / n
+    return [[e[j][k] - row[j] - col[k] + grand for k in range(n)] for j in range(n)]
+
+
+def ref_nu2(a: list[list[float]], b: list[list[float]]) -> float:
+    n = len(a)
+    return sum(a[j][k] * b[j][k] for j in range(n) for k in range(n)) / n**2
+
+
+def ref_code_dcor(x: torch.Tensor, f: torch.Tensor, eps: float) -> float:
+    """FLea's code form: √(ν²+ε) of plain distances, dCov / (√(dVar_x+ε)·√(dVar_f+ε))."""
+    a, b = ref_centred(ref_distances(x, False, eps)), ref_centred(ref_distances(f, False, eps))
+    dcov = max(ref_nu2(a, b) + eps, 0.0) ** 0.5
+    dvar_x = max(ref_nu2(a, a) + eps, 0.0) ** 0.5
+    dvar_f = max(ref_nu2(b, b) + eps, 0.0) ** 0.5
+    return dcov / ((dvar_x + eps) ** 0.5 * (dvar_f + eps) ** 0.5)
+
+
+def ref_paper_dcor(x: torch.Tensor, f: torch.Tensor, squared: bool, eps: float) -> float:
+    """Eq. 5: ν²(x, f) / √(ν²(x, x)·ν²(f, f)), the denominator floored at ε (or the smallest
+    positive float when ε = 0)."""
+    a = ref_centred(ref_distances(x, squared, eps))
+    b = ref_centred(ref_distances(f, squared, eps))
+    floor = eps if eps > 0 else torch.finfo(torch.float64).tiny
+    return ref_nu2(a, b) / max((ref_nu2(a, a) * ref_nu2(b, b)) ** 0.5, floor)
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-7, 0.3])
+def test_code_form_dcor_is_the_definition_with_the_codes_epsilons(eps):
+    x, f = rows(7, 3, 0), torch.tanh(rows(7, 3, 0) @ rows(3, 2, 1)) + 0.1 * rows(7, 2, 2)
+    value = distance_correlation(x, f, eps=eps)
+    assert float(value) == pytest.approx(ref_code_dcor(x, f, eps), rel=1e-12, abs=1e-14)
+
+
+def test_code_form_default_epsilon_is_the_codes_1e_minus_7():
+    x, f = rows(6, 2, 3), rows(6, 4, 4)
+    assert float(distance_correlation(x, f)) == pytest.approx(ref_code_dcor(x, f, 1e-7), rel=1e-12)
+
+
+@pytest.mark.parametrize(("squared", "eps"), [(None, 0.0), (True, 0.2), (False, 0.0), (False, 0.3)])
+def test_paper_form_dcor_is_eq5_on_squared_or_plain_distances(squared, eps):
+    x, f = rows(6, 3, 5), rows(6, 3, 5).pow(3) + rows(6, 3, 6)
+    value = distance_correlation(x, f, "paper", eps=eps, squared=squared)
+    expected = ref_paper_dcor(x, f, squared is not False, eps)
+    assert float(value) == pytest.approx(expected, rel=1e-12, abs=1e-14)
+
+
+def test_the_paper_forms_denominator_is_floored_at_epsilon():
+    x, f = 0.01 * rows(6, 3, 27), 0.01 * rows(6, 2, 28)  # √(ν²(x, x)·ν²(f, f)) ≈ 1e-7
+    for eps in (0.5, 1e-3):
+        value = distance_correlation(x, f, "paper", eps=eps)
+        expected = ref_paper_dcor(x, f, True, eps)
+        assert float(value) == pytest.approx(expected, rel=1e-12)
+        assert float(value) < 1e-3
+
+
+def test_two_samples_are_enough_and_one_is_refused():
+    x, f = rows(2, 3, 7), rows(2, 1, 8)
+    assert float(distance_correlation(x, f, eps=0.0)) == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        distance_correlation(rows(1, 3, 7), rows(1, 3, 8))
+
+
+def test_a_constant_side_gives_zero_not_nan():
+    x, constant = rows(5, 3, 9), torch.ones(5, 2, dtype=torch.float64)
+    for variant in ("code", "paper"):
+        assert float(distance_correlation(x, constant, variant, eps=0.0)) == 0.0
+        assert float(distance_correlation(constant, x, variant, eps=0.0)) == 0.0
+    # with ε > 0 the code form's floor: √ε / (√(√ε+ε)·√(dVar_f+ε))
+    eps = 0.01
+    assert float(distance_correlation(constant, x, eps=eps)) == pytest.approx(
+        ref_code_dcor(constant, x, eps), rel=1e-12
+    )
+
+
+def test_inputs_of_any_shape_are_flattened_per_sample_and_batch_dims_index_groups():
+    x, f = rows(5, 12, 10).reshape(5, 2, 3, 2), rows(5, 4, 11)
+    assert float(distance_correlation(x, f, eps=0.0)) == pytest.approx(
+        ref_code_dcor(x.reshape(5, -1), f, 0.0), rel=1e-12
+    )
+    one_d = rows(5, 1, 12).reshape(5)
+    assert float(distance_correlation(one_d, f, eps=0.0)) == pytest.approx(
+        ref_code_dcor(one_d.reshape(5, 1), f, 0.0), rel=1e-12
+    )
+    groups_x, groups_f = rows(12, 6, 13).reshape(3, 4, 2, 3), rows(12, 2, 14).reshape(3, 4, 2)
+    batched = distance_correlation(groups_x, groups_f, "paper", eps=0.0, batch_dims=1)
+    assert batched.shape == (3,)
+    for g in range(3):
+        expected = ref_paper_dcor(groups_x[g].reshape(4, -1), groups_f[g], True, 0.0)
+        assert float(batched[g]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_representation_of_another_dtype_is_compared_in_the_inputs_dtype():
+    x, f = rows(6, 3, 15), rows(6, 2, 16).float()
+    value = distance_correlation(x, f, eps=0.0)
+    assert value.dtype == torch.float64
+    assert float(value) == pytest.approx(ref_code_dcor(x, f.double(), 0.0), rel=1e-14)
+
+
+def test_squared_distances_and_centring_are_the_definitions_per_group():
+    x = rows(10, 3, 17).reshape(2, 5, 3)
+    sq = squared_distances(x)
+    for g in range(2):
+        expected = torch.tensor(ref_distances(x[g], True, 0.0), dtype=torch.float64)
+        assert torch.allclose(sq[g], expected, rtol=1e-12, atol=1e-12)
+    near = torch.tensor([[0.0, 0.0], [1e-9, 0.0], [1.0, 2.0]], dtype=torch.float64)
+    assert (squared_distances(near) >= 0).all()
+    e = rows(4, 4, 18).reshape(1, 4, 4)  # not symmetric: rows and columns differ
+    centred = torch.tensor(ref_centred(e[0].tolist()), dtype=torch.float64)
+    assert torch.allclose(double_center(e)[0], centred, rtol=0, atol=1e-12)
+
+
+def test_a_zero_distance_has_a_zero_root_and_gradient_without_epsilon():
+    x = torch.tensor([[0.0, 1.0], [0.0, 1.0], [3.0, 5.0]], dtype=torch.float64)
+    x.requires_grad_(True)
+    f = torch.tensor([[1.0], [2.0], [4.0]], dtype=torch.float64)
+    value = distance_correlation(x, f, eps=0.0)
+    (grad,) = torch.autograd.grad(value, x)
+    assert float(value.detach()) == pytest.approx(ref_code_dcor(x.detach(), f, 0.0), rel=1e-12)
+    assert torch.isfinite(grad).all()
+    # the clamp at ε replaces every distance below √ε, the zero diagonal too
+    eps = 4.0
+    assert float(distance_correlation(x.detach(), f, eps=eps)) == pytest.approx(
+        ref_code_dcor(x.detach(), f, eps), rel=1e-12
+    )
+
+
+def test_chunks_join_a_short_remainder_and_use_at_least_min_size():
+    def spans(*args: int) -> list[tuple[int, int]]:
+        return [(s.start, s.stop) for s in chunks(*args)]
+
+    assert spans(5, 4) == [(0, 5)]
+    assert spans(8, 4) == [(0, 4), (4, 8)]
+    assert spans(11, 4) == [(0, 4), (4, 11)]
+    assert spans(12, 4) == [(0, 4), (4, 8), (8, 12)]
+    assert spans(9, 2) == [(0, 4), (4, 9)]
+    assert spans(4, 32) == [(0, 4)]
+    assert spans(3, 32) == []
+    assert spans(6, 3, 2) == [(0, 3), (3, 6)]
+    assert spans(7, 3, 2) == [(0, 3), (3, 7)]
+    assert spans(1, 3, 1) == [(0, 1)]
+
+
+def test_the_metric_is_the_mean_over_every_clients_chunks_in_double_precision():
+    clients_x = [rows(9, 3, 20).float(), rows(4, 3, 21).float(), rows(3, 3, 22).float()]
+    clients_f = [torch.tanh(x.double() @ rows(3, 2, 23)).float() for x in clients_x]
+    parts = [(0, slice(0, 4)), (0, slice(4, 9)), (1, slice(0, 4))]  # client 2: too few
+    for variant in ("code", "paper"):
+        expected = sum(
+            float(distance_correlation(clients_x[c][s].double(), clients_f[c][s].double(), variant))
+            for c, s in parts
+        ) / len(parts)
+        value = mean_distance_correlation(clients_x, clients_f, chunk=4, variant=variant)
+        assert value == pytest.approx(expected, rel=1e-12)
+    single = mean_distance_correlation(clients_x[0], clients_f[0], chunk=4)
+    assert single == pytest.approx(
+        sum(
+            float(distance_correlation(clients_x[0][s].double(), clients_f[0][s].double()))
+            for _, s in parts[:2]
+        )
+        / 2,
+        rel=1e-12,
+    )
+    assert mean_distance_correlation(clients_x[2], clients_f[2], chunk=2) is None  # 3 < 4 rows
+    images = clients_x[0].reshape(9, 3, 1)
+    assert mean_distance_correlation(images, clients_f[0], chunk=9) == pytest.approx(
+        float(distance_correlation(clients_x[0].double(), clients_f[0].double())), rel=1e-12
+    )
+    with pytest.raises(ValueError):
+        mean_distance_correlation(clients_x, clients_f[:2], chunk=4)
+
+
+def test_the_metrics_default_chunk_is_32_items():
+    x = rows(64, 3, 24)
+    f = torch.tanh(x @ rows(3, 2, 25)) + 0.5 * rows(64, 2, 26)
+    halves = [distance_correlation(x[:32], f[:32]), distance_correlation(x[32:], f[32:])]
+    assert mean_distance_correlation(x, f) == pytest.approx(float(sum(halves)) / 2, rel=1e-12)

@@ -137,6 +137,9 @@ def test_shift_adds_one_offset_to_every_sample():
     got = transform_inputs(x, {"kind": "shift", "std": 2.0, "seed": 1})
     offset = torch.randn(4, generator=torch_generator(1, "covariate/shift")) * 2.0
     assert torch.equal(got, offset.expand(3, 4))  # float inputs: unbounded, not clipped
+    halved = transform_inputs(x, {"kind": "shift", "std": 2.0, "seed": 1}, 0.5)
+    # in input units (stored value × scale), clipped to the stored range [0, 1 / scale]
+    assert torch.equal(halved, (offset * 2.0).clamp(0.0, 2.0).expand(3, 4))
 
 
 def test_colour_multiplies_each_channel_and_checks_the_gains():
