@@ -26,7 +26,7 @@ def test_fedghs_check_runs_the_cells_of_fedtgps_cpu_stand_in():
 def test_the_family_jobs_rows():
     """FedProto's table: the rows fedshare has (FeSEM, FedPer, FedRep not); FedTGP's: every row
     but FedGen, plus local-only and FedGH; the family check: the methods without a job of their
-    own, and the local-only floor."""
+    own (FedGen with heads only among them), and the local-only floor."""
     proto = load_job("fedproto/table1")
     assert [m for m, o in proto.methods.items() if o is not None] == [
         "local_only",
@@ -39,4 +39,4 @@ def test_the_family_jobs_rows():
     tgp = {c.method for c in cells("fedtgp/table1", "cpu", seeds=[0])}
     assert tgp == {"lg_fedavg", "fml", "fedkd", "fd", "fedproto", "fedtgp", "local_only", "fedgh"}
     family = {c.method for c in cells("hetero/family", "preset", seeds=[0])}
-    assert family == {"local_only", "fd", "fml", "lg_fedavg", "fedkd", "fedmrl"}
+    assert family == {"local_only", "fd", "fml", "lg_fedavg", "fedkd", "fedmrl", "fedgen"}
