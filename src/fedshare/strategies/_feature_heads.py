@@ -31,14 +31,35 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedshare.config import TrainConfig
-from fedshare.config.rules import Rule, ruled
+from fedshare.config.rules import ANY, Rule, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.optim import make_optimizer
 from fedshare.engine.rng import torch_generator
 from fedshare.engine.training import check_finite, fit, shuffled_positions
 from fedshare.errors import FedshareError
+from fedshare.functional.gmm import WIRE_DTYPES
 from fedshare.functional.losses import distillation_kl
 from fedshare.models.base import BlockModel, as_block_model
+
+
+def head_dtype_param() -> str:
+    """The `head_dtype` parameter of the head-sharing baselines (a fresh dataclass field)."""
+    return ruled(
+        "float16",
+        Rule(choices=tuple(WIRE_DTYPES)),
+        source="paper: FedPFT §5 counts the heads at float16, as its mixtures (wire_dtype)",
+    )
+
+
+def l2_normalize_param() -> bool:
+    """The `l2_normalize` parameter of the head-sharing baselines (a fresh dataclass field)."""
+    return ruled(
+        False,
+        ANY,
+        source="rule: off, the features as the extractor gives them (FedPFT normalises only for "
+        "DP)",
+    )
+
 
 EXTRACT_BATCH = 1024
 HEAD_TRAINING = {

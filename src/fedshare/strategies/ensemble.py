@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshare.config.rules import ANY, Rule, ruled
+from fedshare.config.rules import Rule, ruled
 from fedshare.engine.client import Client
 from fedshare.errors import FedshareError
 from fedshare.functional.gmm import WIRE_DTYPES
@@ -30,7 +30,9 @@ from fedshare.models.base import as_block_model
 from fedshare.strategies._feature_heads import (
     HEAD_TRAINING,
     HeadBudget,
+    head_dtype_param,
     head_vector,
+    l2_normalize_param,
     linear_head,
     local_head,
     split_head_vector,
@@ -89,18 +91,9 @@ class Ensemble(HeadBudget, HeadExchange, Strategy):  # type: ignore[override]
         source="paper: FedPFT §5.1, the Ensemble baseline takes the highest probability across "
         "models",
     )
-    head_dtype: str = ruled(
-        "float16",
-        Rule(choices=tuple(WIRE_DTYPES)),
-        source="paper: FedPFT §5 counts the heads at float16, as its mixtures (wire_dtype)",
-    )
+    head_dtype: str = head_dtype_param()
     """Precision of the uploaded heads (the paper counts 16-bit heads in Table 5)."""
-    l2_normalize: bool = ruled(
-        False,
-        ANY,
-        source="rule: off, the features as the extractor gives them (FedPFT normalises only for "
-        "DP)",
-    )
+    l2_normalize: bool = l2_normalize_param()
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

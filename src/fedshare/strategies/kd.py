@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from fedshare.config.rules import ANY, POSITIVE, Rule, ruled
+from fedshare.config.rules import POSITIVE, Rule, ruled
 from fedshare.engine.client import Client
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError
@@ -37,8 +37,10 @@ from fedshare.strategies._feature_heads import (
     fit_head,
     fresh_head,
     head_accuracy,
+    head_dtype_param,
     head_from_vector,
     head_vector,
+    l2_normalize_param,
     linear_head,
     load_head,
     local_head,
@@ -79,17 +81,8 @@ class KnowledgeDistillation(HeadBudget, Strategy):
         source="rule: the temperature is chosen on a held-out 20 % of the destination's training "
         "data, never on the test set (FedPFT chose on test)",
     )
-    head_dtype: str = ruled(
-        "float16",
-        Rule(choices=tuple(WIRE_DTYPES)),
-        source="paper: FedPFT §5 counts the heads at float16, as its mixtures (wire_dtype)",
-    )
-    l2_normalize: bool = ruled(
-        False,
-        ANY,
-        source="rule: off, the features as the extractor gives them (FedPFT normalises only for "
-        "DP)",
-    )
+    head_dtype: str = head_dtype_param()
+    l2_normalize: bool = l2_normalize_param()
 
     def setup(self, ctx: SetupContext) -> None:
         super().setup(ctx)

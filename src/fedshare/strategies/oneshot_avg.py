@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from fedshare.config.rules import ANY, Rule, ruled
+from fedshare.config.rules import Rule, ruled
 from fedshare.engine.aggregation import RunningMean
 from fedshare.engine.client import Client
 from fedshare.functional.gmm import WIRE_DTYPES
@@ -27,7 +27,9 @@ from fedshare.strategies._feature_heads import (
     HEAD_TRAINING,
     FeatureClassifier,
     HeadBudget,
+    head_dtype_param,
     head_vector,
+    l2_normalize_param,
     linear_head,
     load_head,
     local_head,
@@ -49,17 +51,8 @@ class OneShotAverage(HeadBudget, HeadExchange, Strategy):  # type: ignore[overri
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
-    head_dtype: str = ruled(
-        "float16",
-        Rule(choices=tuple(WIRE_DTYPES)),
-        source="paper: FedPFT §5 counts the heads at float16, as its mixtures (wire_dtype)",
-    )
-    l2_normalize: bool = ruled(
-        False,
-        ANY,
-        source="rule: off, the features as the extractor gives them (FedPFT normalises only for "
-        "DP)",
-    )
+    head_dtype: str = head_dtype_param()
+    l2_normalize: bool = l2_normalize_param()
     weighting: str = ruled(
         "samples",
         Rule(choices=WEIGHTINGS),
