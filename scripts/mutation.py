@@ -92,6 +92,9 @@ PARTITION_TESTS = (
 """The partitioners' tests without the CLI and plotting ones (seconds, not minutes). The -k
 applies to every file of a selection: its words must not match other tests' names."""
 
+RESULTS_REST = "tests/test_mutation_results_rest.py"
+"""The results/ and reproduce/ modules' exact unit tests (no simulation)."""
+
 NO_CONFTEST = "--noconftest"
 """For selections that use none of tests/conftest.py's fixtures: without it a test run does
 not import torch, hypothesis and the data loaders it does not need (measured: 0.6 s of CPU
@@ -742,6 +745,121 @@ METHODS: dict[str, Target] = {
             ),
         },
         f"{NO_CONFTEST} tests/test_mutation_results.py",
+    ),
+    "results_tables": Target(  # the report: runs grouped into rows, their cells, the paper's
+        {
+            "src/fedshare/results/grouping.py": (
+                "flatten",
+                "_flat",
+                "run_value",
+                "canon",
+                "show",
+                "listed",
+                "_is_base",
+                "_config_keys",
+                "_varies",
+                "_buckets",
+                "split_keys",
+                "Group.setting_label",
+                "Group.label",
+                "Group.seeds",
+                "_sort_key",
+                "group_runs",
+                "notes_on",
+            ),
+            "src/fedshare/results/table.py": ("build_report", "short_labels", "accuracy_curves"),
+            "src/fedshare/results/paper_match.py": (
+                "PaperCell.delta",
+                "_table_source",
+                "load_paper",
+                "_parse",
+                "_same",
+                "_agrees",
+                "paper_cell",
+            ),
+            "src/fedshare/results/writers.py": (
+                "_fmt",
+                "table_rows",
+                "markdown_table",
+                "pivot_table",
+                "_count",
+                "to_markdown",
+                "write_markdown",
+                "_csv_cell",
+                "write_csv",
+                "_write_csv_rows",
+            ),
+            "src/fedshare/results/stats.py": ("report_stats",),
+        },
+        f"{NO_CONFTEST} {RESULTS_REST} -k 'not model and not machine'",
+    ),
+    "results_files": Target(  # run folders read and written, labels, the plots' numbers
+        {
+            "src/fedshare/results/runs.py": (
+                "find_runs",
+                "read_json",
+                "_read_history",
+                "_read_config",
+                "load_run",
+            ),
+            "src/fedshare/results/rundir.py": (
+                "_clean",
+                "write_json",
+                "RunDirectory.run_files",
+                "RunDirectory.clear",
+                "RunDirectory.mark",
+                "RunDirectory.locked",
+                "RunDirectory.metrics_path",
+                "RunDirectory.checkpoint_path",
+                "RunDirectory.write_config",
+                "RunDirectory.write_partition",
+                "RunDirectory.partition_written",
+                "RunDirectory.write_summary",
+                "RunDirectory.rewrite_metrics",
+                "RunDirectory.append_metrics",
+                "foreign_entries",
+                "check_overwrite",
+                "check_can_create",
+                "check_run_folder",
+                "read_metrics",
+                "summarize",
+                "validation_summary",
+            ),
+            "src/fedshare/results/labels.py": (
+                "shown",
+                "set_keys",
+                "partition_label",
+                "with_validation",
+            ),
+            "src/fedshare/results/atomic.py": (
+                "temp_path",
+                "atomic_write",
+                "clean_temporaries",
+                "png_complete",
+            ),
+            "src/fedshare/results/plots.py": (  # the numbers drawn, not the drawing
+                "_number",
+                "_round",
+                "_series",
+                "_traffic",
+                "mean_curve",
+                "single_round_lines",
+            ),
+        },
+        f"{NO_CONFTEST} {RESULTS_REST} -k 'not model and not machine'",
+    ),
+    "results_model": Target(  # model.pt and the machine record of summary.json
+        {
+            "src/fedshare/results/model_file.py": (
+                "save_model",
+                "RawInputModel.__init__",
+                "RawInputModel.prepare",
+                "RawInputModel.forward",
+                "load_model",
+            ),
+            "src/fedshare/results/machine.py": ("cpu_model", "build_version", "machine"),
+        },
+        f"{NO_CONFTEST} {RESULTS_REST} -k 'model or machine'",
     ),
     "dcor": Target(  # FLea's distance correlation (Sec. 3.3.2, Eqs. 5 and 8) and its metric
         {
