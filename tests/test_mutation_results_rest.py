@@ -922,3 +922,516 @@ def test_machine_reads_the_cpu_model_line_and_the_build_versions(monkeypatch):
     found = module.machine("cuda:1")
     assert found["onednn"] is None and found["mkl"] is None
     assert found["gpu"] == "GPU of cuda:1" and found["cuda"] == torch.version.cuda
+
+
+def row_cells(text: str, first: str) -> list[str]:
+    """The cells of the one Markdown table row of `text` whose first cell is `first`."""
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(f"| {first} ")]
+    return [cell.strip() for cell in line.split("|")[1:-1]]
+
+
+# ---------------------------------------------------------------------------- reproduce/jobs
+def _job_files(tmp_path: Path, job: dict, methods: dict | None = None) -> str:
+    """A job YAML beside its paper table `t.json` (two columns, fedavg and fedprox; FedProx's
+    name as printed, and `gone`, a row the library does not run); the job file's path."""
+    table = {
+        "table": "Table 9",
+        "metric": "best_accuracy",
+        "entries": [
+            {"preset": "p/a", "method": "fedavg", "mean": 60.0, "std": 1.0},
+            {"preset": "p/a", "method": "fedprox", "mean": 62.0, "std": 2.0},
+            {"preset": "p/a", "method": "gone", "mean": 1.0, "std": 0.0},
+            {"preset": "p/a k=1", "method": "fedavg", "mean": 70.0, "std": 1.0},
+        ],
+        "methods": methods or {"fedprox": "FedProx (ours)", "gone": {"overrides": None}},
+    }
+    (tmp_path / "t.json").write_text(json.dumps(table))
+    import yaml
+
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return str(path)
+
+
+def test_slug_merged_and_column_overrides():
+    from fedshare.reproduce.jobs import Cell, column_overrides, merged, slug
+
+    assert slug("xormixfl/table2 partition.target_labels=[0, 2]") == (
+        "table2-partition.target_labels-0-2"
+    )
+    assert slug("p/!!") == "column" and slug("a/b/c d") == "b-c-d"
+    assert merged(["a=1", "+b=2"], ["++a=3", "~c"], ["c=4"]) == ("+b=2", "++a=3", "c=4")
+    assert column_overrides("p/t x=1 y=2") == ["experiment=p/t", "x=1", "y=2"]
+    assert Cell("t", "p/t x=1", "fedavg", 3, ()).folder == "t-x-1/fedavg/seed3"
+
+
+def test_available_jobs_are_paper_slash_table_of_every_yaml_in_order():
+    from fedshare.reproduce.jobs import available_jobs
+
+    jobs = available_jobs()
+    assert jobs == sorted(jobs) and "flea/table1" in jobs and "baselines/checks" in jobs
+    assert all(j.count("/") == 1 and not j.endswith((".yaml", ".py")) for j in jobs)
+    assert not any(j.startswith("__") or "/__" in j for j in jobs)
+
+
+def test_load_job_reads_scales_with_their_defaults(tmp_path):
+    from fedshare.reproduce.jobs import Layout, load_job
+
+    path = _job_files(
+        tmp_path,
+        {
+            "numbers": ["t.json"],
+            "description": "d",
+            "seeds": [5, 6],
+            "stats": ["best"],
+            "recipe": "SGD",
+            "data": {"*": "a.npz"},
+            "scales": {
+                "paper": None,
+                "cpu": {
+                    "seeds": [1],
+                    "overrides": ["rounds=2"],
+                    "columns": ["p/a"],
+                    "methods": ["fedavg"],
+                    "data": {"k=1": ["x", "y"]},
+                    "cost_s": {"*": 3},
+                    "note": "small",
+                    "metric": "last5",
+                    "stats": ["last5"],
+                    "layout": {"name": "eps", "columns": [1, 2], "rows": {"r": ["a", None]}},
+                    "lists": ["per_client"],
+                    "column_means": 1,
+                    "recipe": "Adam",
+                    "recipe_exceptions": {"fedprox": "its paper"},
+                    "method_overrides": {"fedavg": ["train.lr=1"]},
+                    "extra_methods": {"ft": ["strategy=fedavg"]},
+                },
+            },
+        },
+    )
+    job = load_job(path)
+    assert job.numbers == (str(tmp_path / "t.json"),) and job.description == "d"
+    paper, cpu = job.scale("paper"), job.scale("cpu")
+    assert paper.seeds == (5, 6) and paper.overrides == () and paper.columns is None
+    assert paper.methods is None and paper.stats == ("best",) and paper.recipe == "SGD"
+    assert paper.data == {"*": ("a.npz",)} and paper.layout is None and not paper.column_means
+    assert paper.metric is None and paper.lists == () and paper.cost_s == {}
+    assert cpu.seeds == (1,) and cpu.overrides == ("rounds=2",)
+    assert cpu.columns == {"p/a": ()} and cpu.methods == ("fedavg",)
+    assert cpu.data == {"k=1": ("x", "y")} and cpu.cost_s == {"*": 3.0}
+    assert (cpu.note, cpu.metric, cpu.stats, cpu.lists) == (
+        "small",
+        "last5",
+        ("last5",),
+        ("per_client",),
+    )
+    assert cpu.layout == Layout("eps", ("1", "2"), {"r": ("a", None)})
+    assert cpu.column_means is True and cpu.recipe == "Adam"
+    assert cpu.recipe_exceptions == {"fedprox": "its paper"}
+    assert cpu.method_overrides == {"fedavg": ("train.lr=1",)}
+    assert cpu.extra_methods == {"ft": ("strategy=fedavg",)}
+    assert job.columns == ("p/a", "p/a k=1") and job.metric == "best_accuracy"
+    assert job.methods == {
+        "fedavg": ("strategy=fedavg",),
+        "fedprox": ("strategy=fedprox",),
+        "gone": None,
+    }
+    with pytest.raises(FedshareError, match=r"has no scale 'gpu'; its scales: cpu, paper"):
+        job.scale("gpu")
+
+
+def test_a_job_without_tables_needs_each_scales_columns_and_has_no_metric_of_its_own(tmp_path):
+    from fedshare.reproduce.jobs import DEFAULT_METRIC, load_job
+
+    (tmp_path / "a").mkdir()
+    bad = _job_files(tmp_path / "a", {"scales": {"x": {"columns": ["p/a"]}, "y": {}, "z": None}})
+    with pytest.raises(
+        FedshareError, match=r"needs each scale's own 'columns'; scales without: y, z"
+    ):
+        load_job(bad)
+    (tmp_path / "b").mkdir()
+    job = load_job(_job_files(tmp_path / "b", {"scales": {"x": {"columns": ["p/a"]}}}))
+    assert job.numbers == () and job.columns == () and job.methods == {}
+    assert job.metric == DEFAULT_METRIC
+    with pytest.raises(FedshareError, match=r"no reproducible table 'nope'; tables: "):
+        load_job("nope")
+    with pytest.raises(FedshareError, match=r"no reproducible table 'flea/none'"):
+        load_job("flea/none")
+    assert load_job("flea/table1").numbers == ("flea",)
+
+
+def test_a_layout_needs_columns_and_rows_of_one_method_per_column(tmp_path):
+    from fedshare.reproduce.jobs import _layout
+
+    assert _layout("s", None) is None
+    assert _layout("s", {"columns": [1], "rows": {"r": ["m"]}}).name == ""
+    for raw in (
+        {"rows": {"r": ["m"]}},
+        {"columns": [1]},
+        {"columns": [1, 2], "rows": {"r": ["m"]}},
+        {"columns": [1], "rows": {"r": ["m"], "q": ["m", "n"]}},
+    ):
+        with pytest.raises(FedshareError, match=r"^scale s: a layout needs 'columns'"):
+            _layout("scale s", raw)
+
+
+def test_data_and_cost_follow_the_longest_matching_column_pattern(tmp_path):
+    from fedshare.reproduce.jobs import cost_s, load_job, missing_data, needed_data
+
+    job = load_job(
+        _job_files(
+            tmp_path,
+            {
+                "numbers": ["t.json"],
+                "scales": {
+                    "paper": {
+                        "data": {"*": "any", "p/a": ["pa"], "p/a k": "pak"},
+                        "cost_s": {"p/a": 10, "k=1": 20},
+                    },
+                    "cpu": {},
+                },
+            },
+        )
+    )
+    assert needed_data(job, "paper", "p/a k=1") == ("pak",)
+    assert needed_data(job, "paper", "p/a") == ("pa",)
+    assert needed_data(job, "paper", "q/b") == ("any",)
+    assert needed_data(job, "cpu", "p/a") == ()
+    assert cost_s(job, "paper", "p/a k=1") == 20.0 and cost_s(job, "paper", "q") is None
+    (tmp_path / "pa").write_text("")
+    assert missing_data(job, "paper", "p/a", tmp_path) == []
+    assert missing_data(job, "paper", "p/a k=1", tmp_path) == ["pak"]
+    assert missing_data(job, "paper", "p/a", None) == ["pa"]
+
+
+def test_cells_merge_overrides_in_order_seed_by_seed_and_only_cells_of_the_table(tmp_path):
+    from fedshare.reproduce.jobs import Cell, cells
+
+    path = _job_files(
+        tmp_path,
+        {
+            "numbers": ["t.json"],
+            "scales": {
+                "paper": {
+                    "seeds": [0, 1],
+                    "overrides": ["rounds=5", "train.lr=0.1"],
+                    "columns": {"p/a": ["experiment=null", "data=x"], "p/a k=1": None},
+                    "method_overrides": {"fedprox": ["rounds=7"]},
+                    "extra_methods": {"ft": ["strategy=fedavg", "ft=1"]},
+                },
+                "short": {"seeds": [3], "columns": ["p/a"], "methods": ["gone"]},
+            },
+        },
+    )
+    found = cells(path, "paper", seeds=None)
+    assert [(c.seed, c.column, c.method) for c in found] == [
+        (0, "p/a", "fedavg"),
+        (0, "p/a", "fedprox"),
+        (0, "p/a", "ft"),
+        (0, "p/a k=1", "fedavg"),
+        (0, "p/a k=1", "ft"),
+        (1, "p/a", "fedavg"),
+        (1, "p/a", "fedprox"),
+        (1, "p/a", "ft"),
+        (1, "p/a k=1", "fedavg"),
+        (1, "p/a k=1", "ft"),
+    ]
+    assert found[1] == Cell(
+        path,
+        "p/a",
+        "fedprox",
+        0,
+        ("train.lr=0.1", "data=x", "strategy=fedprox", "rounds=7", "seed=0"),
+    )
+    assert found[3].overrides == (
+        "experiment=p/a",
+        "k=1",
+        "rounds=5",
+        "train.lr=0.1",
+        "strategy=fedavg",
+        "seed=0",
+    )
+    picked = cells(path, "paper", columns=["k=1"], methods=["fedavg"], seeds=[9])
+    assert [(c.seed, c.column, c.method) for c in picked] == [(9, "p/a k=1", "fedavg")]
+    with pytest.raises(FedshareError, match=r"methods \['gone'\] are not runnable rows"):
+        cells(path, "short")
+    with pytest.raises(FedshareError, match=r"no column 'q'; columns: p/a, p/a k=1"):
+        cells(path, "paper", columns=["q"])
+    with pytest.raises(
+        FedshareError, match=r"has no cell of methods \['fedprox'\] in columns p/a k=1"
+    ):
+        cells(path, "paper", columns=["p/a k=1"], methods=["fedprox"])
+
+
+def test_pick_takes_exact_names_first_then_parts_without_repeats():
+    from fedshare.reproduce.jobs import _pick
+
+    known = ["a", "ab", "b"]
+    assert _pick("column", None, known) == known and _pick("column", [], known) == known
+    assert _pick("column", ["a"], known) == ["a"]
+    assert _pick("column", ["b", "a", "ab"], known) == ["b", "a", "ab"]
+    assert _pick("column", ["b", "ab"], known) == ["b", "ab"]
+    with pytest.raises(FedshareError, match=r"no method 'c'; methods: a, ab, b"):
+        _pick("method", ["c"], known)
+
+
+# ---------------------------------------------------------------------------- reproduce/render
+def _table(tmp_path: Path) -> str:
+    path = tmp_path / "paper.json"
+    path.write_text(
+        json.dumps(
+            {
+                "table": "Table 1",
+                "metric": "best_accuracy",
+                "methods": {"fedavg": "FedAvg [3]", "fedprox": {"overrides": ["strategy=fedprox"]}},
+                "entries": [],
+            }
+        )
+    )
+    return str(path)
+
+
+def _item(numbers, column, method, values, paper=None, tolerance=3.0, **fields):
+    from fedshare.paper.compare import Comparison
+    from fedshare.reproduce.measure import Measured
+
+    item = Measured(
+        numbers, column, method, "best_accuracy", list(values), list(range(len(values)))
+    )
+    for key, value in fields.items():
+        setattr(item, key, value)
+    if paper is not None:
+        item.paper = paper
+        entry = PaperEntry("t", column, method, paper[0], paper[1])
+        mean = item.mean_std[0]
+        item.comparison = None if mean is None else Comparison(entry, mean, tolerance)
+    return item
+
+
+def test_method_and_column_names_as_the_paper_prints_them(tmp_path):
+    from fedshare.reproduce.render import column_names, method_name
+
+    table = _table(tmp_path)
+    assert method_name(None, "fedavg") == "fedavg"
+    assert method_name(table, "fedavg") == "FedAvg [3]"
+    assert method_name(table, "fedprox") == "fedprox" and method_name(table, "x") == "x"
+    assert column_names(["p/t a=1", "p/t a=2 b=3"]) == {"p/t a=1": "a=1", "p/t a=2 b=3": "a=2 b=3"}
+    assert column_names(["p/t", "p/t a=1"]) == {"p/t": "t", "p/t a=1": "t a=1"}
+    assert column_names(["p/t a=1", "q/u a=1"]) == {"p/t a=1": "t a=1", "q/u a=1": "u a=1"}
+    assert column_names(["p/t/x"]) == {"p/t/x": "t/x"}
+
+
+def test_stat_labels_name_every_kind_of_statistic():
+    from fedshare.reproduce.render import stat_label
+
+    expected = {
+        "last10": "last-10",
+        "best": "best",
+        "settled": "settled",
+        "last5": "last-5",
+        "from5": "mean from round 5",
+        "min_last10": "min last-10",
+        "max_from3": "max from round 3",
+        "absdelta_from10": "mean \\|Δ\\| from round 10",
+        "absdelta_last7": "mean \\|Δ\\| last-7",
+        "seeds": "per seed",
+        "seeds:best_round": "best round per seed",
+        "best%": "best %",
+        "last10%": "last-10 %",
+        "bytes_sent/1e6": "MB sent",
+        "wall_time_s/60": "s / run / 60",
+        "best@personal_accuracy": "best personal_accuracy",
+        "last5@loss": "last-5 loss",
+        "mds_std": "mds_std",
+    }
+    assert {name: stat_label(name) for name in expected} == expected
+
+
+def test_summary_and_stat_texts_of_a_cell():
+    from fedshare.reproduce.render import stat_text, summary_text
+
+    assert summary_text(None) == MISSING and summary_text(3.14159) == "3.14"
+    assert summary_text({"min": 1.0, "max": 2.5}) == "1.00–2.50"
+    assert summary_text({"mean": 1.0, "std": None}) == "1.00"
+    assert summary_text({"mean": 1.0}) == "1.00"
+    assert summary_text({"mean": 1.0, "std": 0.5}) == "1.00 ± 0.50"
+    item = _item(None, "p/t", "m", [50.0, 60.125])
+    item.stats = [{"best_round": 7.0, "best": 61.0}, {"best_round": 12.0, "best": 63.0}]
+    assert stat_text(item, "seeds") == "50.00 / 60.12"
+    assert stat_text(item, "seeds:best_round") == "7 / 12"
+    assert stat_text(item, "seeds:best") == "61.00 / 63.00"
+    assert stat_text(item, "best") == "62.00 ± 1.41"
+    assert stat_text(item, "seeds:gone") == f"{MISSING} / {MISSING}"
+    assert stat_text(_item(None, "p/t", "m", []), "seeds") == MISSING
+
+
+def test_pivot_marks_cells_within_the_tolerance_and_long_rows_list_the_comparison(tmp_path):
+    from fedshare.reproduce.render import long_rows, pivot, within_text
+
+    table = _table(tmp_path)
+    items = [
+        _item(table, "p/t a=1", "fedavg", [60.0, 62.0], paper=(58.0, 1.0), tolerance=3.0),
+        _item(table, "p/t a=2", "fedavg", [70.0], paper=(60.0, 1.0), tolerance=3.0),
+        _item(table, "p/t a=1", "fedprox", [50.0], paper=None),
+        _item(table, "p/t a=2", "fedprox", [], paper=(40.0, 2.0)),
+    ]
+    assert [within_text(i) for i in items] == ["yes", "no", MISSING, MISSING]
+    headers, rows = pivot(items)
+    assert headers == ["method", "a=1", "a=2"]
+    assert rows == [
+        ["FedAvg [3]", "61.00 (58.00) ✓", "70.00 (60.00) ✗"],
+        ["fedprox", f"50.00 ({MISSING})", f"{MISSING} (40.00)"],
+    ]
+    assert pivot(items[:3], check=True)[1] == [
+        ["FedAvg [3]", "61.00 ± 1.41 (2)", "70.00 (1)"],
+        ["fedprox", "50.00 (1)", ""],
+    ]
+    headers, rows = long_rows(items, ("best",))
+    assert headers == ["column", "method", "measured", "paper", "Δ", "within max(3·std, 3)", "best"]
+    assert rows[0] == [
+        "a=1",
+        "FedAvg [3]",
+        "61.00 ± 1.41 (2)",
+        "58.00 ± 1.00",
+        "+3.00",
+        "yes",
+        MISSING,
+    ]
+    assert rows[1][3:6] == ["60.00 ± 1.00", "+10.00", "no"]
+    assert rows[2][3:6] == [MISSING, MISSING, MISSING]
+    headers, rows = long_rows(items[:1], ("best",), check=True)
+    assert headers == ["column", "method", "measured", "best"] and len(rows[0]) == 4
+
+
+def test_tables_markdown_per_paper_table_and_for_a_check(tmp_path):
+    from fedshare.reproduce.measure import DEFAULT_STATS
+    from fedshare.reproduce.render import tables_markdown
+
+    table = _table(tmp_path)
+    compared = [_item(table, "p/t", "fedavg", [60.0], paper=(58.0, 1.0))]
+    text = tables_markdown(compared)
+    assert text.startswith(f"Table 1 ({table}), metric `best_accuracy`: measured mean over seeds")
+    lines = text.splitlines()
+    assert sum(ln.startswith("| method ") for ln in lines) == 1
+    assert sum(ln.startswith("| column ") for ln in lines) == 1
+    assert text.endswith("|\n") and not text.endswith("\n\n")
+    check = [_item(None, "p/t", "fedavg", [60.0, 61.0])]
+    text = tables_markdown(check)
+    assert text.startswith("A check of no paper table, its own columns and rows")
+    assert "| column " not in text
+    assert "| column " in tables_markdown(check, ("best",))
+    assert "| column " not in tables_markdown(check, DEFAULT_STATS)
+    beside = tables_markdown([_item(table, "p/t", "fedavg", [1.0])])
+    assert beside.startswith(f"A check beside Table 1 ({table}),")
+    both = tables_markdown([*compared, *check])
+    assert both.index("Table 1") < both.index("A check of no paper table")
+
+
+def test_layout_lists_and_column_means_texts(tmp_path):
+    from fedshare.reproduce.jobs import Layout
+    from fedshare.reproduce.render import column_means, layout_markdown, lists_markdown
+
+    table = _table(tmp_path)
+    a = _item(table, "p/t a=1", "fedavg", [60.0, 64.0], paper=(58.0, 1.0))
+    b = _item(table, "p/t a=1", "fedprox", [50.0], paper=None)
+    c = _item(table, "p/t a=2", "fedavg", [70.0], paper=(75.0, 1.0))
+    layout = Layout("eps", ("1", "2"), {"dp": ("fedavg", None), "plain": ("fedprox", "x")})
+    text = layout_markdown([a, b], layout)
+    assert text.splitlines()[0] == "The same cells, rows × eps: measured mean ± sample std (seeds)"
+    assert row_cells(text, "dp") == ["dp", "62.00 ± 2.83 (2)", ""]
+    assert row_cells(text, "plain") == ["plain", "50.00 (1)", ""]
+    two = layout_markdown([a, c], Layout("", ("1",), {"r": ("fedavg",)}))
+    assert "rows × parameter (column `a=1`)" in two and "(column `a=2`)" in two
+    a.lists = {"acc": [[1.0, 2.0, 3.0], [3.0, 4.0], []]}
+    b.lists = {"acc": [[], []]}
+    text = lists_markdown([a, b], ["acc"])
+    assert (
+        "| FedAvg [3] | `acc` | 2.00 ± 1.41 (2) | 3.00 ± 1.41 (2) | 3.00 (1) | 2.75 ± 1.06 (2) |"
+        in text
+    )
+    assert "fedprox" not in text and lists_markdown([b], ["acc"]) == ""
+    means = column_means([a, b, c, _item(table, "p/t a=3", "fedprox", [])])
+    assert row_cells(means, "FedAvg [3]") == ["FedAvg [3]", "2", "66.00", "66.50", "5.00"]
+    assert row_cells(means, "fedprox") == ["fedprox", "1", "50.00", MISSING, MISSING]
+    assert means.startswith(f"Each row over its measured columns ({table}): ")
+    assert column_means([_item(None, "p/t", "m", [1.0])]).startswith(
+        "Each row over its measured columns: "
+    )
+
+
+def test_write_csv_of_cells_and_the_range_as_midpoint_and_half_width(tmp_path):
+    from fedshare.reproduce.render import _csv_summary, write_csv
+
+    assert _csv_summary(None) == ("", "") and _csv_summary(2.5) == (2.5, "")
+    assert _csv_summary({"min": 1.0, "max": 4.0}) == (2.5, 1.5)
+    assert _csv_summary({"mean": 3.0, "std": None}) == (3.0, "")
+    assert _csv_summary({"mean": 3.0, "std": 0.5}) == (3.0, 0.5)
+    table = _table(tmp_path)
+    items = [
+        _item(table, "p/t", "fedavg", [60.0, 62.0], paper=(58.0, 1.0), tolerance=3.0),
+        _item(None, "p/t", "ft", [], stored_stats={"best": {"min": 1.0, "max": 3.0}}),
+    ]
+    items[0].stats = [{"best": 61.0}, {"best": 65.0}]
+    write_csv(items, tmp_path / "r.csv", ("best", "seeds:best"))
+    rows = list(csv.reader((tmp_path / "r.csv").open()))
+    assert rows[0][-2:] == ["best_mean", "best_std"] and len(rows[0]) == 15
+    assert rows[1] == [
+        table, "p/t", "fedavg", "best_accuracy", "2", "0;1", "61.0", str(2**0.5),
+        "58.0", "1.0", "3.0", "3.0", "True", "63.0", str(8**0.5),
+    ]  # fmt: skip
+    assert rows[2] == ["", "p/t", "ft", "best_accuracy", "0", ""] + [""] * 7 + ["2.0", "1.0"]
+
+
+def test_cell_labels_add_the_column_value_only_when_cells_span_columns(tmp_path):
+    from fedshare.reproduce.render import _cell_labels
+
+    table = _table(tmp_path)
+    one = [_item(table, "p/t a=1", "fedavg", [1.0]), _item(table, "p/t a=1", "fedprox", [1.0])]
+    assert _cell_labels(one) == ["FedAvg [3]", "fedprox"]
+    two = [_item(table, "p/t a=1", "fedavg", [1.0]), _item(table, "p/t a=2", "fedavg", [1.0])]
+    assert _cell_labels(two) == ["FedAvg [3] · 1", "FedAvg [3] · 2"]
+
+
+# ---------------------------------------------------------------------------- reproduce/docs
+STORED = "docs/measured/baselines/checks-moon_partial.json"
+"""A stored file of measured cells the docs' tables come from (relative to the checkout)."""
+
+
+def test_regenerate_fills_blocks_whose_runs_are_here_and_keeps_the_others(tmp_path, capsys):
+    from fedshare.reproduce.docs import block_text, regenerate
+
+    doc = tmp_path / "a.md"
+    here = f"<!-- reproduce:baselines/checks {STORED} -->\nold\n<!-- /reproduce -->"
+    away = "<!-- reproduce:flea/table1 gone/dir -->\nkept\n<!-- /reproduce -->"
+    doc.write_text(f"# A\n{here}\ntext\n{away}\n")
+    body = block_text(f"baselines/checks {STORED}")
+    assert body.startswith(
+        f"Generated by `python -m fedshare.reproduce report baselines/checks {STORED}` "
+        "(moon_partial scale).\n\n"
+    )
+    assert "| moon " in body and block_text("flea/table1 gone/dir") is None
+    before = doc.read_text()
+    assert regenerate([doc], check=True) == [doc] and doc.read_text() == before
+    assert f"{doc}: out of date" in capsys.readouterr().out
+    assert regenerate([doc]) == [doc]
+    out = capsys.readouterr()
+    assert f"{doc}: regenerated" in out.out
+    assert f"{doc}: kept 'reproduce:flea/table1 gone/dir' (its runs are not here)" in out.err
+    expected = f"# A\n<!-- reproduce:baselines/checks {STORED} -->\n{body}<!-- /reproduce -->"
+    assert doc.read_text() == f"{expected}\ntext\n{away}\n"
+    assert regenerate([doc]) == [] and capsys.readouterr().out == ""
+    with pytest.raises(FedshareError, match=r"cannot read the marker 'reproduce:--bad'"):
+        block_text("--bad")
+
+
+def test_default_files_are_the_docs_markdown_and_the_readme(tmp_path, monkeypatch):
+    from fedshare.reproduce.docs import default_files
+
+    monkeypatch.chdir(tmp_path)
+    assert default_files() == []
+    (tmp_path / "docs").mkdir()
+    for name in ("b.md", "a.md", "c.txt"):
+        (tmp_path / "docs" / name).write_text("")
+    assert default_files() == [Path("docs/a.md"), Path("docs/b.md")]
+    (tmp_path / "README.md").write_text("")
+    assert default_files() == [Path("docs/a.md"), Path("docs/b.md"), Path("README.md")]
