@@ -919,6 +919,57 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} {RESULTS_REST} -k 'not model and not machine'",
     ),
+    "config_rules": Target(  # the value rules and binding parameters to factories
+        {
+            "src/fedshare/config/rules.py": (
+                "Rule.describe",
+                "Rule._range",
+                "Rule.accepts",
+                "Rule._chosen",
+                "Rule._in_range",
+                "_show",
+                "ruled",
+            ),
+            "src/fedshare/config/params.py": (
+                "accepted_params",
+                "type_ok",
+                "type_text",
+                "non_finite",
+                "unknown_param_message",
+                "check_params",
+                "params_of",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_config.py",
+    ),
+    "config_validation": Target(  # a bad value's sentence; what a resumed run may change
+        {
+            "src/fedshare/config/validation.py": (
+                "rule_of",
+                "typed_fields",
+                "type_name",
+                "value_problem",
+                "close_choice",
+                "command_line_fields",
+                "command_line_problem",
+                "check_key",
+                "flat_values",
+                "declared_fields",
+                "check_fields",
+                "check_typed",
+                "check_combinations",
+            ),
+            "src/fedshare/config/resume.py": (
+                "changeable",
+                "resumed_config",
+                "check_agreement",
+                "touched",
+                "unset",
+                "recorded_label",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_config.py",
+    ),
     "dcor": Target(  # FLea's distance correlation (Sec. 3.3.2, Eqs. 5 and 8) and its metric
         {
             "src/fedshare/privacy/dcor.py": (

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -41,7 +42,7 @@ def resumed_config(
         return cfg, None
     try:
         recorded = OmegaConf.load(recorded_path)
-    except (OSError, OmegaConfBaseException) as err:
+    except (OSError, yaml.YAMLError, OmegaConfBaseException) as err:
         raise FedshareError(
             f"cannot resume {folder}: its config.yaml cannot be read ({err})"
         ) from None
