@@ -970,6 +970,25 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_config.py",
     ),
+    "config_overrides": Target(  # the command line's checks before Hydra composes
+        {
+            "src/fedshare/config/compose.py": (
+                "override_args",
+                "members",
+                "composes",
+                "sets_key",
+                "fields_of_run",
+                "run_keys_named",
+            ),
+            "src/fedshare/config/overrides.py": (
+                "group_options",
+                "values_of",
+                "check_overrides",
+                "check_typed_key",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_config.py",
+    ),
     "dcor": Target(  # FLea's distance correlation (Sec. 3.3.2, Eqs. 5 and 8) and its metric
         {
             "src/fedshare/privacy/dcor.py": (

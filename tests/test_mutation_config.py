@@ -436,3 +436,95 @@ def test_resumed_config_takes_the_record_and_only_the_changeable_keys_given(tmp_
     (tmp_path / "config.yaml").write_text("rounds: many\n")
     with pytest.raises(FedshareError, match=r"does not fit this fedshare's settings"):
         resumed_config(cfg, [], tmp_path)
+
+
+# ---------------------------------------------------------------------------- compose, overrides
+def test_override_args_leave_out_flags_and_the_values_of_flags_that_take_one():
+    from fedshare.config.compose import override_args
+
+    argv = ["-m", "--config-name", "x", "a=1", "-cd", "d", "b=2", "--multirun", "-cp", "p", "c"]
+    assert override_args(argv) == ["a=1", "b=2", "c"]
+    assert override_args(["-cn", "-cd", "e=1"]) == ["e=1"]
+    assert override_args([]) == []
+
+
+def test_members_are_each_sweep_runs_overrides_and_an_empty_run_folder_is_refused():
+    from fedshare.config.compose import members
+
+    assert members(["a=1,2", "b=3", "hydra.job.chdir=true"]) == [["a=1", "b=3"], ["a=2", "b=3"]]
+    assert members(["run_dir=x"]) == [["run_dir=x"]]
+    assert members(["run_dir=a,b"]) == [["run_dir=a"], ["run_dir=b"]]
+    for arg in ("run_dir=", "run_dir=' '", "hydra.sweep.dir=null", "hydra.run.dir="):
+        with pytest.raises(FedshareError, match=r"^[a-z_.]+=.* is empty; give a folder for the"):
+            members([arg])
+    with pytest.raises(FedshareError, match=r"^run_dir= is empty"):
+        members(["run_dir=null"])
+
+
+def test_composes_and_sets_key():
+    from fedshare.config.compose import composes, sets_key
+
+    for override in ("+a=1", "~seed", "strategy.mu=1", "data=mnist", "experiment=x", "hydra.a=1"):
+        assert composes(override), override
+    for override in ("train.lr=1", "seed=1", "strategyx=1", "rounds=3"):
+        assert not composes(override), override
+    assert sets_key("data.features_options={b: 1}", "data.features_options.b")
+    assert sets_key("+strategy.mu=1", "strategy.mu") and sets_key("strategy.mu.x=1", "strategy.mu")
+    assert not sets_key("data=mnist", "data.x") and not sets_key("strategy.m=1", "strategy.mu")
+    assert not sets_key("strategy.mux=1", "strategy.mu")
+
+
+def test_fields_of_run_and_run_keys_named():
+    from fedshare.config.compose import fields_of_run, run_keys_named
+
+    fields = fields_of_run()
+    assert fields[0] == "rounds" and {"seed", "strategy", "run_dir", "train"} <= set(fields)
+    assert run_keys_named("lr") == ["train.lr"]
+    assert run_keys_named("batch_size") == ["train.batch_size", "eval.batch_size"]
+    assert run_keys_named("nothing") == [] and run_keys_named("rounds") == ["rounds"]
+
+
+def _groups(tmp_path):
+    for path in ("strategy/fedavg.yaml", "strategy/sub/fedx.yaml", "data/digits.yaml", "x.txt"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    for group in ("partition", "model", "experiment"):
+        (tmp_path / group).mkdir()
+    return tmp_path
+
+
+def test_check_overrides_refuses_unknown_options_nulls_and_bad_typed_values(tmp_path):
+    from fedshare.config.overrides import check_overrides, group_options
+
+    root = _groups(tmp_path)
+    assert group_options(root, "strategy") == ["fedavg", "sub/fedx"]
+    check_overrides(["-m", "strategy=fedavg,sub/fedx", "train.lr=0.1", "~seed", "+x=1"], root)
+    check_overrides(["hydra.run.dir=a", "experiment=null", "strategy.mu=1", "rounds=3"], root)
+    with pytest.raises(FedshareError, match=r"^unknown strategy 'fedavgg' \(did you mean"):
+        check_overrides(["strategy=fedavg,fedavgg"], root)
+    with pytest.raises(FedshareError, match=r"^data=null is not valid: choose a data by name; "):
+        check_overrides(["data=null"], root)
+    with pytest.raises(FedshareError, match=r"^train\.amp=3 is not valid"):
+        check_overrides(["train.amp=3"], root)
+    with pytest.raises(FedshareError, match=r"^seed='x' is not valid: "):
+        check_overrides(["seed=1,x"], root)
+    with pytest.raises(FedshareError, match=r"^cannot read the command line: "):
+        check_overrides(["a=[1"], root)
+
+
+def test_an_unknown_typed_key_names_its_valid_siblings_and_where_its_name_is_valid():
+    from pathlib import Path
+
+    from fedshare.config.overrides import check_overrides
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    with pytest.raises(
+        FedshareError, match=r"^unknown key 'lr' \(did you mean 'train\.lr'\?\); valid keys: "
+    ):
+        check_overrides(["lr=0.1"], root)
+    with pytest.raises(
+        FedshareError,
+        match=r"^unknown key 'eval\.evry' \(did you mean 'every'\?\); valid keys "
+        r"of eval: ",
+    ):
+        check_overrides(["eval.evry=2"], root)

@@ -168,6 +168,12 @@ def test_notes_name_pooled_and_fixed_keys_repeated_seeds_and_unfinished_runs():
         "fedprox on digits: 1 of 1 runs failed",
     ]
     assert notes_on(group_runs(runs[2:3])) == []
+    other = run("fedavg", 0, data={"name": "cifar10"}, model={"name": "cnn"})
+    other["summary"].update(data="cifar10", model="cnn")
+    both = [run("fedavg", 0, model={"name": "mlp"}), other]
+    assert notes_on(group_runs(both)) == []  # the names are the rows' setting, not notes
+    with pytest.raises(FedshareError, match=r"no run has a config key 'data\.name'"):
+        group_runs(both, by=["data.name"])
 
 
 # ---------------------------------------------------------------------------- stats, table
@@ -201,6 +207,13 @@ def test_build_report_rows_hold_mean_and_sample_std_and_the_paper_cell_and_note(
     assert report.setting_keys == ["data", "partition", "model"]
     assert report.notes == ["paper table t (final_accuracy): 1 of 2 rows have a cell in p/t"]
     assert build_report(runs).notes == [] and build_report(runs).rows[0].paper is None
+    runs.append(run("scaffold", 0))
+    columns = ("p/t", "p/t a=1", "p/t b=1", "p/t c=1", "p/t d=1")
+    report = build_report(runs, paper=_paper([entry], paper.methods, columns))
+    assert report.notes == [
+        "paper table t (final_accuracy): 1 of 3 rows have a cell in p/t, p/t a=1, p/t b=1, "
+        "… (2 more)"
+    ]
 
 
 def test_short_labels_and_curves_name_only_the_keys_that_differ_between_rows():
@@ -1435,3 +1448,12 @@ def test_default_files_are_the_docs_markdown_and_the_readme(tmp_path, monkeypatc
     assert default_files() == [Path("docs/a.md"), Path("docs/b.md")]
     (tmp_path / "README.md").write_text("")
     assert default_files() == [Path("docs/a.md"), Path("docs/b.md"), Path("README.md")]
+
+
+def test_load_paper_lists_twenty_columns_or_presets_in_its_refusals(tmp_path):
+    path = _table_file(tmp_path, [_entry(f"p/t c={i:02}", "m") for i in range(21)])
+    with pytest.raises(FedshareError, match=r"columns: p/t c=00, .*, p/t c=19, … \(1 more\)$"):
+        load_paper(path, "nope")
+    path = _table_file(tmp_path, [_entry(f"p{i:02}/t", "m") for i in range(21)])
+    with pytest.raises(FedshareError, match=r"--paper-column: p00/t, .*, p19/t, … \(1 more\)$"):
+        load_paper(path)
