@@ -312,6 +312,8 @@ def test_markdown_table_pads_each_column_to_its_widest_cell():
         "| xx | y   |",
         "| z  |     |",
     ]
+    with pytest.raises(ValueError):  # a row with more cells than headers is refused, not cut
+        markdown_table(["a"], [["x", "y"]])
 
 
 def test_pivot_table_is_methods_by_settings_with_empty_cells_missing():
@@ -529,6 +531,8 @@ def test_load_run_reads_the_three_files_skips_cut_lines_and_names_bad_files(tmp_
     }
     bare = _folder(tmp_path / "bare")
     assert load_run(bare)["config"] == {} and load_run(bare)["history"] == []
+    (bare / "config.yaml").write_text("a: ${b}\nb: 1\n")
+    assert load_run(bare)["config"] == {"a": "${b}", "b": 1}  # as recorded, not resolved
     (bare / "config.yaml").write_text("- a list\n")
     assert load_run(bare)["config"] == {}
     (bare / "config.yaml").write_text("a: [1\n")
