@@ -606,9 +606,13 @@ def test_a_second_lock_on_a_run_folder_is_refused_and_released_after(tmp_path):
             second.__enter__()
     with RunDirectory(tmp_path / "run").locked():
         pass
+    with RunDirectory(tmp_path / "new" / "deep").locked():  # the folders are made
+        assert (tmp_path / "new" / "deep" / ".lock").is_file()
     (tmp_path / "file").write_text("x")
     under_a_file = RunDirectory(tmp_path / "file" / "run").locked()
-    with pytest.raises(FedshareError, match=r"cannot write in run_dir .*file.*choose a folder"):
+    with pytest.raises(
+        FedshareError, match=r"cannot write in run_dir .*file.* \(Not a directory\); "
+    ):
         under_a_file.__enter__()
 
 
@@ -624,8 +628,10 @@ def test_check_overwrite_shows_three_foreign_entries_and_how_many_more(tmp_path)
     assert foreign_entries(tmp_path) == list("abcde")
     with pytest.raises(FedshareError, match=r"\(a, b, c and 2 more; no \.fedshare-run marker\)"):
         check_overwrite(tmp_path)
-    (tmp_path / "d").unlink()
     (tmp_path / "e").unlink()
+    with pytest.raises(FedshareError, match=r"\(a, b, c and 1 more; no \.fedshare-run"):
+        check_overwrite(tmp_path)
+    (tmp_path / "d").unlink()
     with pytest.raises(FedshareError, match=r"\(a, b, c; no \.fedshare-run"):
         check_overwrite(tmp_path)
     (tmp_path / ".fedshare-run").write_text("")
