@@ -839,6 +839,12 @@ def test_single_round_lines_state_the_rounds_numbers():
     assert single_round_lines({"round": 7, "accuracy": float("nan")}) == [
         "round 7 (the only evaluated round)"
     ]
+    # a missing direction adds nothing: 5000 bytes are 0.005 MB, shown 0.01; 4999 show 0.00
+    assert single_round_lines({"bytes_up": 4999})[1] == "sent 0.00 MB up+down"
+    assert single_round_lines({"bytes_down": 5000, "bytes_shared": 5000})[1:] == [
+        "sent 0.01 MB up+down",
+        "of which shared (not weights) 0.01 MB",
+    ]
 
 
 # ---------------------------------------------------------------------------- model file, machine
