@@ -841,6 +841,13 @@ def test_single_round_lines_state_the_rounds_numbers():
     ]
     # a missing direction adds nothing: 5000 bytes are 0.005 MB, shown 0.01; 4999 show 0.00
     assert single_round_lines({"bytes_up": 4999})[1] == "sent 0.00 MB up+down"
+    assert single_round_lines({"bytes_down": 4999})[1] == "sent 0.00 MB up+down"
+    assert single_round_lines({"bytes_up": 5000})[1] == "sent 0.01 MB up+down"
+    # MB are 10^6 bytes: 100,004,950 bytes are 100.00 MB (100.01 per 999,999 bytes)
+    assert single_round_lines({"bytes_up": 100_004_950, "bytes_shared": 100_004_950})[1:] == [
+        "sent 100.00 MB up+down",
+        "of which shared (not weights) 100.00 MB",
+    ]
     assert single_round_lines({"bytes_down": 5000, "bytes_shared": 5000})[1:] == [
         "sent 0.01 MB up+down",
         "of which shared (not weights) 0.01 MB",
