@@ -899,6 +899,8 @@ def test_raw_input_model_scales_only_when_asked_and_normalises_only_with_mean_an
     x = torch.tensor([[2, 4], [6, 8]], dtype=torch.uint8)
     assert torch.equal(RawInputModel(torch.nn.Identity(), 1.0, None, None)(x), x.float())
     assert torch.equal(RawInputModel(torch.nn.Identity(), 0.5, [1.0], None)(x), x.float() / 2)
+    for scale in (2.0, 0.0):  # every scale but 1 multiplies
+        assert torch.equal(RawInputModel(torch.nn.Identity(), scale, None, None)(x), x * scale)
     half = RawInputModel(torch.nn.Identity(), 0.5, [1.0, 2.0], [1.0, 4.0])
     assert torch.equal(half(x), torch.tensor([[0.0, 0.0], [2.0, 0.5]]))
 
