@@ -905,12 +905,21 @@ def test_raw_input_model_scales_only_when_asked_and_normalises_only_with_mean_an
     assert torch.equal(half(x), torch.tensor([[0.0, 0.0], [2.0, 0.5]]))
 
 
+class Opaque:
+    """An object a model file never holds (pickled by reference to this module)."""
+
+
 def test_load_model_names_a_missing_file_an_unknown_model_and_an_old_file(tmp_path):
+    import pickle
+
     import torch
 
     from fedshare.results.model_file import load_model
 
     with pytest.raises(FedshareError, match=r"model\.pt does not exist; is .* a finished run"):
+        load_model(tmp_path)
+    torch.save({"model": "nope", "state_dict": {}, "extra": Opaque()}, tmp_path / "model.pt")
+    with pytest.raises(pickle.UnpicklingError):  # read weights-only: no object is rebuilt
         load_model(tmp_path)
     torch.save({"model": "nope", "state_dict": {}}, tmp_path / "model.pt")
     with pytest.raises(FedshareError, match="holds a 'nope', which is not a registered model"):
