@@ -953,9 +953,11 @@ def test_machine_reads_the_cpu_model_line_and_the_build_versions(monkeypatch):
     assert module.cpu_model() == (platform.processor() or platform.machine())
     FakePath.text = None
     assert module.cpu_model() == (platform.processor() or platform.machine())
-    monkeypatch.setattr(torch.__config__, "show", lambda: "  - MKL-DNN v3.1.4 (Git)\n")
+    build = "  - Math Kernel Library Version 2020.0.4\n  - MKL-DNN v3.1.4 (Git)\n"
+    monkeypatch.setattr(torch.__config__, "show", lambda: build)
     assert module.build_version(r"MKL-DNN (v[\w.]+)") == "v3.1.4"
-    assert module.build_version(r"Math Kernel Library Version ([\d.]+)") is None
+    assert module.build_version(r"Math Kernel Library Version ([\d.]+)") == "2020.0.4"
+    assert module.build_version(r"CUDA ([\d.]+)") is None
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: False)
     found = module.machine()
@@ -967,7 +969,7 @@ def test_machine_reads_the_cpu_model_line_and_the_build_versions(monkeypatch):
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: f"GPU of {device}")
     found = module.machine("cuda:1")
-    assert found["onednn"] is None and found["mkl"] is None
+    assert found["onednn"] is None and found["mkl"] == "2020.0.4"
     assert found["gpu"] == "GPU of cuda:1" and found["cuda"] == torch.version.cuda
 
 
