@@ -1439,6 +1439,8 @@ def test_cell_labels_add_the_column_value_only_when_cells_span_columns(tmp_path)
     assert _cell_labels(one) == ["FedAvg [3]", "fedprox"]
     two = [_item(table, "p/t a=1", "fedavg", [1.0]), _item(table, "p/t a=2", "fedavg", [1.0])]
     assert _cell_labels(two) == ["FedAvg [3] · 1", "FedAvg [3] · 2"]
+    plain = [_item(table, "p/t", "fedavg", [1.0]), _item(table, "p/u", "fedavg", [1.0])]
+    assert _cell_labels(plain) == ["FedAvg [3] · t", "FedAvg [3] · u"]
 
 
 # ---------------------------------------------------------------------------- reproduce/docs
