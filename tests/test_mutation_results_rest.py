@@ -1368,7 +1368,9 @@ def test_tables_markdown_per_paper_table_and_for_a_check(tmp_path):
     text = tables_markdown(check)
     assert text.startswith("A check of no paper table, its own columns and rows")
     assert "| column " not in text
-    assert "| column " in tables_markdown(check, ("best",))
+    assert row_cells(text, "fedavg") == ["fedavg", "60.50 ± 0.71 (2)"]
+    long = tables_markdown(check, ("best",))
+    assert row_cells(long, "column") == ["column", "method", "measured", "best"]
     assert "| column " not in tables_markdown(check, DEFAULT_STATS)
     beside = tables_markdown([_item(table, "p/t", "fedavg", [1.0])])
     assert beside.startswith(f"A check beside Table 1 ({table}),")
@@ -1403,6 +1405,8 @@ def test_layout_lists_and_column_means_texts(tmp_path):
     assert row_cells(means, "FedAvg [3]") == ["FedAvg [3]", "2", "66.00", "66.50", "5.00"]
     assert row_cells(means, "fedprox") == ["fedprox", "1", "50.00", MISSING, MISSING]
     assert means.startswith(f"Each row over its measured columns ({table}): ")
+    zero = column_means([_item(None, "p/t", "m", [0.0]), _item(None, "p/u", "m", [3.0])])
+    assert row_cells(zero, "m") == ["m", "2", "1.50", MISSING, MISSING]
     assert column_means([_item(None, "p/t", "m", [1.0])]).startswith(
         "Each row over its measured columns: "
     )
