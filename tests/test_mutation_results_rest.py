@@ -1400,7 +1400,11 @@ def test_layout_lists_and_column_means_texts(tmp_path):
         "| FedAvg [3] | `acc` | 2.00 ± 1.41 (2) | 3.00 ± 1.41 (2) | 3.00 (1) | 2.75 ± 1.06 (2) |"
         in text
     )
+    assert row_cells(text, "method") == ["method", "list", "1", "2", "3", "mean"]
     assert "fedprox" not in text and lists_markdown([b], ["acc"]) == ""
+    d = _item(None, "p/t a=1", "fedavg", [61.0])
+    text = layout_markdown([a, d], Layout("eps", ("1",), {"r": ("fedavg",)}))
+    assert f"rows × eps ({table}): " in text and "rows × eps (None): " in text
     means = column_means([a, b, c, _item(table, "p/t a=3", "fedprox", [])])
     assert row_cells(means, "FedAvg [3]") == ["FedAvg [3]", "2", "66.00", "66.50", "5.00"]
     assert row_cells(means, "fedprox") == ["fedprox", "1", "50.00", MISSING, MISSING]
