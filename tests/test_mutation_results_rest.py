@@ -1503,3 +1503,18 @@ def test_load_paper_lists_twenty_columns_or_presets_in_its_refusals(tmp_path):
     path = _table_file(tmp_path, [_entry(f"p{i:02}/t", "m") for i in range(21)])
     with pytest.raises(FedshareError, match=r"--paper-column: p00/t, .*, p19/t, … \(1 more\)$"):
         load_paper(path)
+
+
+def test_a_job_file_may_name_packaged_tables_and_its_first_table_makes_the_cells(tmp_path):
+    from fedshare.reproduce.jobs import _pick, load_job, slug
+
+    job = load_job(_job_files(tmp_path, {"numbers": ["t.json", "flea"], "scales": {"p": {}}}))
+    assert job.numbers == (str(tmp_path / "t.json"), "flea")
+    assert job.columns == ("p/a", "p/a k=1") and job.metric == "best_accuracy"
+    assert list(job.methods) == ["fedavg", "fedprox", "gone"]
+    with pytest.raises(FedshareError, match="no reproducible table"):
+        load_job(str(tmp_path / "missing.yaml"))
+    assert slug("plain x=1") == "plain-x-1"
+    known = [f"c{i:02}" for i in range(31)]
+    with pytest.raises(FedshareError, match=r"columns: c00, .*, c29, … \(1 more\)$"):
+        _pick("column", ["zz"], known)
