@@ -1518,3 +1518,29 @@ def test_a_job_file_may_name_packaged_tables_and_its_first_table_makes_the_cells
     known = [f"c{i:02}" for i in range(31)]
     with pytest.raises(FedshareError, match=r"columns: c00, .*, c29, … \(1 more\)$"):
         _pick("column", ["zz"], known)
+
+
+def test_a_two_table_job_takes_cells_metric_and_defaults_from_its_first(tmp_path, monkeypatch):
+    from fedshare.reproduce import jobs
+
+    path = _job_files(tmp_path, {"numbers": ["t.json", "flea"], "scales": {"p": {}}})
+    job = jobs.load_job(path)
+    assert job.scale("p").seeds == (0,)
+    found = jobs.cells(path, "p")
+    assert [(c.column, c.method) for c in found] == [
+        ("p/a", "fedavg"),
+        ("p/a", "fedprox"),
+        ("p/a k=1", "fedavg"),
+    ]
+    table = {"metric": "final_accuracy", "entries": [_entry(f"p/a c={i}", "m") for i in range(7)]}
+    table["entries"].append(_entry("p/a z", "fedprox"))
+    (tmp_path / "seven").mkdir()
+    (tmp_path / "seven" / "t.json").write_text(json.dumps(table))
+    (tmp_path / "seven" / "job.yaml").write_text("numbers: [t.json, flea]\nscales: {p: {}}\n")
+    seven = str(tmp_path / "seven" / "job.yaml")
+    assert jobs.load_job(seven).metric == "final_accuracy"
+    with pytest.raises(FedshareError, match=r"in columns p/a c=0, .*, p/a c=4, … \(2 more\)$"):
+        jobs.cells(seven, "p", columns=["c="], methods=["fedprox"])
+    monkeypatch.setattr(jobs, "available_jobs", lambda: [f"p/t{i:02}" for i in range(41)])
+    with pytest.raises(FedshareError, match=r"tables: p/t00, .*, p/t39, … \(1 more\)$"):
+        jobs.load_job("nope")
