@@ -206,6 +206,7 @@ def test_check_params_names_the_bad_key_type_or_value_and_makes_ints_floats():
     got = check_params(factory, {"a": 1, "b": 2, "c": [3]}, "model", "toy", skip=2)
     assert got == {"a": 1, "b": 2.0, "c": [3]} and isinstance(got["b"], float)
     assert isinstance(check_params(factory, {"a": 1}, "m", "t", skip=2)["a"], int)
+    assert check_params(lambda a, b: None, {"a": 1, "b": 2}, "m", "t") == {"a": 1, "b": 2}
     with pytest.raises(
         FedshareError,
         match=r"^model 'toy' has no parameter 'bb' \(did you mean 'b'\?\); its "
