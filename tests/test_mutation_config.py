@@ -4,8 +4,9 @@ their type checks; the one-sentence problems of a bad value; what a resumed run 
 No run, no Hydra composition."""
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -160,6 +161,7 @@ def test_accepted_params_skip_positional_inputs_and_keep_keyword_ones_with_their
     assert list(accepted_params(factory, skip=2)) == ["a", "b", "c", "d"]
     assert list(accepted_params(factory)) == ["a", "b", "c", "d"]
     assert list(accepted_params(lambda p, q, r: None, skip=1)) == ["q", "r"]
+    assert list(accepted_params(lambda p, q: None)) == ["p", "q"]
     params = accepted_params(factory, skip=2)
     assert params["a"].annotation is int and params["c"].annotation == Sequence[int]
     assert params["d"].annotation is Any
@@ -192,12 +194,14 @@ def test_type_ok_checks_numbers_text_sequences_unions_and_mappings():
     assert type_ok({"a": 1}, dict[str, int]) and type_ok({"a": "x"}, dict)
     assert not type_ok([1], dict[str, int])
     assert type_ok(object(), Any) and type_ok("x", Any)
+    assert type_ok(3, Path) and type_ok(3, Mapping[str, int])  # other types: not checked
 
 
 def test_type_text_and_non_finite():
     assert type_text(int) == "int" and type_text(Sequence[int]) == "Sequence[int]"
     assert type_text(int | None) == "int | None"
     assert type_text(list[float]) == "list[float]"
+    assert type_text(TypeVar("T")) == "~T"  # not a class: as `str` shows it
     assert non_finite(float("nan")) and non_finite([1.0, [float("inf")]])
     assert not non_finite(1.0) and not non_finite([1, 2.0]) and not non_finite("nan")
 
@@ -287,6 +291,7 @@ def test_value_problem_is_one_sentence_naming_the_type_or_the_rule():
     assert close_choice("zzz", choice) == "" and close_choice(3, choice) == ""
     assert close_choice("alpa", Rule()) == "" and close_choice(["alpha"], choice) == ""
     assert close_choice(("alpha", "bet"), choice) == " (did you mean 'beta'?)"
+    assert close_choice(["bta", "alph"], choice) == " (did you mean 'beta'?)"  # the first
     assert type_name(bool) == "bool (true or false)" and type_name(int) == "int"
     assert type_name(int | None) == "int | None"
 
@@ -304,6 +309,7 @@ def test_command_line_problems_are_nulls_that_need_a_value_and_switches_given_nu
     assert command_line_problem("train.amp", True) is None
     assert command_line_problem("train.lr", 3) is None
     assert command_line_problem("strategy.mu", None) is None
+    assert command_line_problem("model", None) is None  # a group's null: the group check's
 
 
 def test_check_key_and_check_typed_refuse_with_the_prefixed_key():
@@ -403,6 +409,8 @@ def test_check_agreement_names_up_to_four_conflicts_and_how_many_more(tmp_path):
     many = {f"k{i}": i for i in range(6)}
     with pytest.raises(FedshareError, match=r"k3=3 \(the run has None\) and 2 more: "):
         check_agreement(many, {}, [""], tmp_path)
+    with pytest.raises(FedshareError, match=r"k3=3 \(the run has None\) and 1 more: "):
+        check_agreement(dict(list(many.items())[:5]), {}, [""], tmp_path)
     with pytest.raises(FedshareError, match=r"k3=3 \(the run has None\): "):
         check_agreement(dict(list(many.items())[:4]), {}, [""], tmp_path)
 
@@ -435,7 +443,11 @@ def test_resumed_config_takes_the_record_and_only_the_changeable_keys_given(tmp_
     with pytest.raises(FedshareError, match=r"its config\.yaml cannot be read"):
         resumed_config(cfg, [], tmp_path)
     (tmp_path / "config.yaml").write_text("rounds: many\n")
-    with pytest.raises(FedshareError, match=r"does not fit this fedshare's settings"):
+    with pytest.raises(
+        FedshareError,
+        match=r"does not fit this fedshare's settings \(Value 'many' of type 'str' could not "
+        r"be converted to Integer\); start a new run$",
+    ):
         resumed_config(cfg, [], tmp_path)
 
 
@@ -454,6 +466,7 @@ def test_members_are_each_sweep_runs_overrides_and_an_empty_run_folder_is_refuse
 
     assert members(["a=1,2", "b=3", "hydra.job.chdir=true"]) == [["a=1", "b=3"], ["a=2", "b=3"]]
     assert members(["run_dir=x"]) == [["run_dir=x"]]
+    assert members(["seed=null", "train.name="]) == [["seed=null", "train.name="]]
     assert members(["run_dir=a,b"]) == [["run_dir=a"], ["run_dir=b"]]
     for arg in ("run_dir=", "run_dir=' '", "hydra.sweep.dir=null", "hydra.run.dir="):
         with pytest.raises(FedshareError, match=r"^[a-z_.]+=.* is empty; give a folder for the"):
