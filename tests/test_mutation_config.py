@@ -514,15 +514,24 @@ def test_check_overrides_refuses_unknown_options_nulls_and_bad_typed_values(tmp_
     assert group_options(root, "strategy") == ["fedavg", "sub/fedx"]
     check_overrides(["-m", "strategy=fedavg,sub/fedx", "train.lr=0.1", "~seed", "+x=1"], root)
     check_overrides(["hydra.run.dir=a", "experiment=null", "strategy.mu=1", "rounds=3"], root)
+    check_overrides(["strategy.mu=1", "strategy.mu.x=2"], root)  # the groups' keys: not typed
     with pytest.raises(FedshareError, match=r"^unknown strategy 'fedavgg' \(did you mean"):
         check_overrides(["strategy=fedavg,fedavgg"], root)
     with pytest.raises(FedshareError, match=r"^data=null is not valid: choose a data by name; "):
         check_overrides(["data=null"], root)
     with pytest.raises(FedshareError, match=r"^train\.amp=3 is not valid"):
         check_overrides(["train.amp=3"], root)
-    with pytest.raises(FedshareError, match=r"^seed='x' is not valid: "):
+    with pytest.raises(
+        FedshareError,
+        match=r"^seed='x' is not valid: Value 'x' of type 'str' could not be converted to "
+        r"Integer$",
+    ):
         check_overrides(["seed=1,x"], root)
-    with pytest.raises(FedshareError, match=r"^cannot read the command line: "):
+    with pytest.raises(
+        FedshareError,
+        match=r"^cannot read the command line: no viable alternative at input "
+        r"'\[1'$",
+    ):
         check_overrides(["a=[1"], root)
 
 
@@ -542,3 +551,9 @@ def test_an_unknown_typed_key_names_its_valid_siblings_and_where_its_name_is_val
         r"of eval: ",
     ):
         check_overrides(["eval.evry=2"], root)
+    with pytest.raises(FedshareError, match=r"^eval\.every='x' is not valid: Value 'x' of"):
+        check_overrides(["eval.every=x"], root)
+    with pytest.raises(
+        FedshareError, match=r"^unknown key 'eval\.every\.x'; valid keys of eval\.every: none$"
+    ):
+        check_overrides(["eval.every.x=1"], root)
