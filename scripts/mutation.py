@@ -989,6 +989,16 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_config.py",
     ),
+    "config_defaults": Target(  # the layered run defaults
+        {
+            "src/fedshare/config/defaults.py": (
+                "resolve_train",
+                "resolve_rounds",
+                "global_default",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_config.py -k 'defaults or rounds_default'",
+    ),
     "dcor": Target(  # FLea's distance correlation (Sec. 3.3.2, Eqs. 5 and 8) and its metric
         {
             "src/fedshare/privacy/dcor.py": (

@@ -557,3 +557,41 @@ def test_an_unknown_typed_key_names_its_valid_siblings_and_where_its_name_is_val
         FedshareError, match=r"^unknown key 'eval\.every\.x'; valid keys of eval\.every: none$"
     ):
         check_overrides(["eval.every.x=1"], root)
+
+
+# ---------------------------------------------------------------------------- defaults
+class _Method:
+    """The strategy attributes the layered defaults read."""
+
+    name = "toy"
+    one_shot = False
+    train_defaults: dict[str, Any] = {"lr": 0.3, "momentum": 0.7}  # noqa: RUF012
+
+
+def test_defaults_layer_command_line_over_strategy_over_dataset_over_global():
+    from fedshare.config.defaults import DATASET_TRAIN, resolve_train
+    from fedshare.config.schema import TrainConfig
+
+    got = resolve_train({"lr": 0.5, "momentum": None}, _Method, "fmnist")
+    assert (got.lr, got.momentum) == (0.5, 0.7)
+    assert got.weight_decay == DATASET_TRAIN["fmnist"]["weight_decay"] == 5e-4
+    assert got.batch_size == TrainConfig().batch_size
+    assert resolve_train({}, _Method, "unknown").optimizer == TrainConfig().optimizer
+
+
+def test_rounds_default_and_a_one_shot_strategys_single_round():
+    from fedshare.config.defaults import global_default, resolve_rounds
+    from fedshare.config.schema import SimulationConfig
+
+    assert resolve_rounds(None, _Method) == SimulationConfig().rounds == 20
+    assert resolve_rounds(7, _Method) == 7
+    assert global_default(SimulationConfig, "seed") == 0
+
+    class OneShot(_Method):
+        one_shot = True
+
+    assert resolve_rounds(None, OneShot) == 1 and resolve_rounds(1, OneShot) == 1
+    with pytest.raises(
+        FedshareError, match=r"^strategy 'toy' is one-shot .*, but rounds=3; leave rounds unset"
+    ):
+        resolve_rounds(3, OneShot)
