@@ -18,7 +18,7 @@ BN_MODES = ("eval", "train")
 class FLeaParameters:
     """The `strategy.*` keys of `strategy=flea` (Section 3, Section 4.1 and the authors' code)."""
 
-    share_fraction: float = ruled(0.1, FRACTION, source="paper: FLea §4.1, α = 10 %")
+    share_fraction: float = ruled(0.1, FRACTION, source="paper: FLea §4.1.2, α = 10 %")
     share_with_replacement: bool = ruled(
         False,
         ANY,
@@ -33,25 +33,26 @@ class FLeaParameters:
     share_features: bool = ruled(
         True,
         ANY,
-        source="paper: FLea §3 (false is the 'without mix-up' ablation)",
+        source="paper: FLea §3.3.1 (false is §4.3.2's 'without mix-up', Fig. 10)",
     )
-    """False: no buffer is ever built ("FLea without mix-up", Section 4.3.1: local CE + dCor
-    only)."""
+    """False: no buffer is ever built ("without mix-up", Section 4.3.2: local CE + dCor only)."""
     split_layer: int | None = ruled(
         None,
         Rule(low=0, optional=True),
-        source="paper: FLea §4.1, the model's FLea split ('after several convolutional layers', "
-        "each model's flea_layer)",
+        source="paper: FLea §4.1.2 and App. C.2 (Tables 3, 4, 6), the model's FLea split ('after "
+        "several conventional layers', each model's flea_layer)",
     )
     """Blocks in the extractor θ[:l]; None = the model's FLea split (`flea_layer`)."""
     allow_penultimate_split: bool = ruled(
         False,
         ANY,
-        source="rule: off, FLea's split is an early block (§3, 'after several convolutional "
+        source="rule: off, FLea's split is an early block (§4.1.2, 'after several conventional "
         "layers')",
     )
     """Allow l = the head's input (λ2 was tuned for early layers; there it ruins accuracy)."""
-    beta_a: float = ruled(2.0, POSITIVE, source="paper: FLea §3, mix-up weights β ~ Beta(2, 2)")
+    beta_a: float = ruled(
+        2.0, POSITIVE, source="paper: FLea §4.1.2 and App. C.2, β ~ Beta(2, 2) for Eq. 2"
+    )
     beta_per_sample: bool = ruled(
         True,
         ANY,
@@ -65,9 +66,11 @@ class FLeaParameters:
     mix_ce_weight: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="paper: FLea §3 Eq. 3, the mixed CE at unit weight",
+        source="paper: FLea §3.3.2 Eq. 6, the mixed CE (Eq. 3) at unit weight",
     )
-    kd_weight: float = ruled(1.0, NON_NEGATIVE, source="paper: FLea §3 Eq. 6, λ1 = 1")
+    kd_weight: float = ruled(
+        1.0, NON_NEGATIVE, source="paper: FLea §4.1.2 and App. C.2, λ1 = 1 in Eq. 6"
+    )
     kd_input: str = ruled(
         "buffer",
         Rule(choices=KD_INPUTS),
@@ -83,7 +86,9 @@ class FLeaParameters:
         POSITIVE,
         source="code: FLea's code (XTxiatong/FLea, temperature 1)",
     )
-    dcor_weight: float = ruled(3.0, NON_NEGATIVE, source="paper: FLea §3 Eq. 6, λ2 = 3")
+    dcor_weight: float = ruled(
+        3.0, NON_NEGATIVE, source="paper: FLea §4.1.2 and App. C.2, λ2 = 3 in Eq. 6"
+    )
     dcor_schedule: str = ruled(
         "linear",
         Rule(choices=DCOR_SCHEDULES),

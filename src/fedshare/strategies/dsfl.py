@@ -33,8 +33,8 @@ class DSFL(FedAvg):
     keep: float = ruled(
         0.5,
         PROBABILITY,
-        source="rule: FedPFT App. D.1 runs DSFL as its sparse multi-round baseline without a value "
-        "here; half the entries, the midpoint (fedshare's choice)",
+        source="paper: FedPFT App. D.1, DSFL's top-K set to half the number of the head's "
+        "parameters",
     )
     error_feedback: bool = ruled(False, ANY, source="rule: off, the plain top-K sparsification")
 

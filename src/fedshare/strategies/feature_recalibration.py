@@ -44,7 +44,7 @@ class FeatureRecalibration(HeadCalibration):
     share_fraction: float = ruled(
         0.1,
         PROBABILITY,
-        source="paper: FLea App. C.3, 'the same amount of features as FLea' (its α = 0.1)",
+        source="paper: FLea App. C.3, 'the same amount of features as our method' (FLea's α = 0.1)",
     )
     calibration_epochs: int = ruled(
         20,

@@ -69,13 +69,14 @@ class ReBaFL(Strategy):
     lam: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="paper: ReBaFL §4.3, h̃ = P_t + (h − P_y), unit scale",
+        source="paper: ReBaFL §4.2 Eq. 15, h̃ = P_t + λ(h − P_y), λ = 1 by default",
     )
     refresh_own_prototypes: bool = ruled(True, ANY, source="paper: ReBaFL §4.3, Eq. 18")
     prototype_memory: str = ruled(
         "none",
         Rule(choices=MEMORY),
-        source="paper: ReBaFL §4.3 keeps no memory of past prototypes (the code neither)",
+        source="paper: ReBaFL §4.3, Eq. 23 averages the round's received prototypes only, no "
+        "memory (the code neither)",
     )
     min_classes_for_aug: int = ruled(
         2,
@@ -85,7 +86,8 @@ class ReBaFL(Strategy):
     client_eps: dict[str, float] | None = ruled(
         None,
         ANY,
-        source="paper: ReBaFL §5.1, one ε for every client (null)",
+        source="paper: ReBaFL §5.1, one ε for every client (null; §4.1 Eq. 10 allows a "
+        "per-client ε_i)",
     )
     """Optional per-client ε override, {client id: ε}; others use `eps`."""
 
