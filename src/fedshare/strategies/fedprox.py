@@ -69,8 +69,8 @@ class FedProx(FedAvg):
     mu: float = ruled(
         0.01,
         NON_NEGATIVE,
-        source="paper: FedProx (Li et al., MLSys 2020) §5.3's grid {0.001, 0.01, 0.1, 1}; FedAA's "
-        "FedProx runs at 0.01 (its tables' overrides)",
+        source="paper: FedPFT App. D.1 runs FedProx at 0.01, one value of FLea App. C.3's grid "
+        "[0.1, 0.01, 0.001] and of FedProx's (Li et al., MLSys 2020) {0.001, 0.01, 0.1, 1}",
     )
     norm: str = ruled(
         "squared",

@@ -89,9 +89,15 @@ class MOON(FedAvg):
         1.0,
         NON_NEGATIVE,
         source="paper: MOON (Li, He & Song, CVPR 2021) §4, μ = 1 (its CIFAR-100 value; 5 on "
-        "CIFAR-10); ReBaFL's baseline uses 1",
+        "CIFAR-10); the authors' main.py L42 (QinbinLi/MOON at 8fcba3c) defaults to 1; ReBaFL's "
+        "baseline uses 1",
     )
-    tau: float = ruled(0.5, POSITIVE, source="paper: MOON (Li, He & Song, CVPR 2021) §4, τ = 0.5")
+    tau: float = ruled(
+        0.5,
+        POSITIVE,
+        source="paper: MOON (Li, He & Song, CVPR 2021) §4, τ = 0.5; the authors' main.py L44 "
+        "--temperature 0.5",
+    )
     projection_dim: int = ruled(
         0,
         replace(WIDTH, low=0),
