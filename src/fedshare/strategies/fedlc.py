@@ -30,7 +30,8 @@ class FedLC(CalibratedFedAvg):
     missing_count: float = ruled(
         1e-9,
         Rule(low=0, low_open=True, high=1e6),
-        source="code: ReBaFL's code (absent classes count 1e-9)",
+        source="code: ReBaFL's code (JianXu95/ReBaFL at 62834da, methods/fedlc.py L48: absent "
+        "classes count 1e-9)",
     )
 
     def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

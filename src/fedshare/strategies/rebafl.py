@@ -81,7 +81,8 @@ class ReBaFL(Strategy):
     min_classes_for_aug: int = ruled(
         2,
         NON_NEGATIVE,
-        source="code: ReBaFL's code (clients with one class do not augment)",
+        source="code: ReBaFL's code (JianXu95/ReBaFL at 62834da, methods/rebafl.py L43: clients "
+        "with one class do not augment)",
     )
     client_eps: dict[str, float] | None = ruled(
         None,
