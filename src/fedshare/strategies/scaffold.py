@@ -78,7 +78,8 @@ class Scaffold(ParamVectorStrategy):
     clip_norm: float = ruled(
         0.0,
         NON_NEGATIVE,
-        source="rule: off, the paper's update has no clipping (ReBaFL's baseline sets 10)",
+        source="rule: off, the paper's update has no clipping (ReBaFL's code, methods/scaffold.py "
+        "L77: max_grad_norm 10)",
     )
     correction: str = ruled(
         "gradient",
