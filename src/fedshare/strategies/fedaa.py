@@ -146,7 +146,9 @@ class FedAA(FedAvg):
         replace(STEPS, low=1),
         source="rule: the paper cites L-BFGS without an iteration cap; 100 (fedshare's choice)",
     )
-    finetune: bool = ruled(True, ANY, source="paper: FedAA §3.3, Eq. 5 (false is Table 3's Non-F)")
+    finetune: bool = ruled(
+        True, ANY, source="paper: FedAA §3.3, Eq. 5 (false is §4.2 Table 3's Non-F)"
+    )
     finetune_epochs: int = ruled(
         10,
         EPOCHS,
@@ -163,7 +165,7 @@ class FedAA(FedAvg):
     identifier: bool = ruled(
         True,
         ANY,
-        source="paper: FedAA §3.4, Eq. 6-7 (false is Table 3's Non-I)",
+        source="paper: FedAA §3.4-3.5, Eqs. 6-7 (false is §4.2 Table 3's Non-I)",
     )
     identifier_hidden: int = ruled(
         512,
