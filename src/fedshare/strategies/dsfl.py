@@ -1,5 +1,6 @@
 """DSFL (dynamic sparsification; Beitollahi et al., 2022) as FedPFT compares against it (its
-Section 5.2 and Table 5): top-K with K half the head's parameters.
+Section 5.2 and Figure 4, a multi-round method; App. D.1): top-K with K half the head's
+parameters.
 
 FedAvg whose clients upload only the K = ⌈`keep`·|θ|⌉ largest-magnitude entries of their update
 Δ_k = θ_k − θ, as one byte string (`functional/sparse.py`): a bit mask of the kept positions
