@@ -12,6 +12,7 @@ from fedshare.engine.architectures import assign_architectures
 from fedshare.errors import FedshareError
 from fedshare.strategies._personal import PERSONAL
 from helpers import run_preset
+from test_bad_values import fedshare_run
 from test_distributed import outcome, run_ranks
 from test_hetero_clients_models import (
     ARCHITECTURES,
@@ -19,7 +20,6 @@ from test_hetero_clients_models import (
     class_name,
     simulation,
 )
-from test_bad_values import fedshare_run
 
 LABELS = ("cnn_small", "cnn4", "resnet8")
 MAPPING = [2, "resnet8", 0, "cnn4", 0]
@@ -90,9 +90,7 @@ def test_the_summary_counts_the_clients_of_each_architecture():
 
 def test_batched_and_two_processes_match_the_serial_run():
     serial = outcome(simulation(model_of=MAPPING, memory_format="contiguous"))
-    batched = outcome(
-        simulation(model_of=MAPPING, batched=4, memory_format="contiguous")
-    )
+    batched = outcome(simulation(model_of=MAPPING, batched=4, memory_format="contiguous"))
     assert_close_runs(batched, serial)
     ranks = run_ranks(lambda group: simulation(model_of=MAPPING, group=group))
     exact = outcome(simulation(model_of=MAPPING))
@@ -124,8 +122,11 @@ def test_the_command_line_takes_an_assignment(tmp_path):
 
 def test_a_bad_assignment_on_the_command_line_exits_2_with_one_line(tmp_path):
     proc = fedshare_run(
-        "experiment=hetero/cpu", "clients.num=4", "clients.model_of=[0,1]",
-        f"run_dir={tmp_path / 'run'}", cwd=tmp_path,
+        "experiment=hetero/cpu",
+        "clients.num=4",
+        "clients.model_of=[0,1]",
+        f"run_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
     )
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
