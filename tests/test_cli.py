@@ -318,18 +318,22 @@ def test_no_shipped_config_sets_hydra_mode():
 def test_a_run_folder_set_in_a_preset_is_refused_in_one_sentence(tmp_path, capsys):
     """A `run_dir` that only a preset sets (not the command line) is checked before Hydra
     makes the folder: the callback configs/config.yaml registers exits 2 with one sentence."""
+    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
-    from omegaconf import OmegaConf
 
-    callbacks = OmegaConf.load(config_dir() / "config.yaml").hydra.callbacks
-    check = instantiate(callbacks.run_folder)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
+
+    def run_start(folder: Path) -> None:
+        with initialize_config_dir(str(config_dir()), version_base="1.3"):
+            config = compose("config", [f"run_dir={folder}"], return_hydra_config=True)
+        instantiate(config.hydra.callbacks.run_folder).on_run_start(config=config)
+
     with pytest.raises(SystemExit) as stop:
-        check.on_run_start(config=OmegaConf.create({"hydra": {"run": {"dir": f"{blocker}/run"}}}))
+        run_start(blocker / "run")
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("fedshare: error: run_dir=") and "is a file" in err
     assert len(err.strip().splitlines()) == 1
-    check.on_run_start(config=OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path / "ok")}}}))
+    run_start(tmp_path / "ok")
     assert not (tmp_path / "ok").exists()  # checked, not made

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
@@ -265,6 +266,7 @@ class RunFolderCheck(Callback):
     it, so that a bad one is one sentence and exit code 2, not Hydra's traceback."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        HydraConfig.instance().set_config(config)  # as `run_job` does next: `${hydra:...}`
         try:
             check_run_folder(str(config.hydra.run.dir), overwrite=False)
         except FedshareError as err:  # Hydra turns a callback's Exception into a warning
