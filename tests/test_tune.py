@@ -146,6 +146,36 @@ def test_every_space_file_loads_on_top_of_the_learning_rate_rule():
         parse_range("train.lr", {"low": 1, "high": 0.1}, "x.yaml")
 
 
+SPACE_FILES = sorted(
+    f.stem
+    for f in (Path(__file__).parents[1] / "configs" / "tune").glob("*.yaml")
+    if f.stem != "default"
+)
+
+
+@pytest.mark.parametrize("strategy", SPACE_FILES)
+def test_each_search_space_names_real_parameters_with_the_defaults_inside(strategy):
+    """Every key a strategy's space declares is a parameter of that strategy (or of the training
+    recipe) that takes a value from the range, and the default lies inside it (trial 0)."""
+    import math
+
+    from fedshare.run import config_dir
+    from fedshare.strategies import make_strategy
+    from fedshare.tune.study import defaults_of
+
+    space = load_space(config_dir() / "tune", strategy)
+    defaults = defaults_of([f"strategy={strategy}", "data=digits"], space)
+    for r in space:
+        assert defaults[r.key] is not None, f"{strategy}: {r.key} is no key of the run"
+        assert r.sampled_default(defaults[r.key]) is not None, (
+            f"{strategy}: default {r.key}={defaults[r.key]} outside {r.as_dict()}"
+        )
+        group, _, name = r.key.partition(".")
+        if group == "strategy":
+            inside = math.sqrt(r.low * r.high) if r.log else (r.low + r.high) / 2
+            assert getattr(make_strategy(strategy, {name: inside}), name) == inside
+
+
 def test_a_relative_tuned_path_is_also_looked_for_in_the_configs():
     from fedshare.run import config_dir
     from fedshare.tune.tuned import read_tuned, tuned_file
