@@ -204,3 +204,35 @@ def test_a_sweep_member_gets_the_tuned_values_it_does_not_type(tmp_path):
     cfg.strategy.name = "fedavg"
     with pytest.raises(FedshareError, match="strategy=fedavg but tuned="):
         apply_tuned(cfg, [])
+
+
+def test_the_tuned_comparison_tunes_every_method_with_one_budget_on_its_own_setting():
+    """tuning/comparison: each `<m>_tuned` row's stored file was tuned with the same trials ×
+    rounds on the column's setting over the space configs/tune/ declares today, and each row
+    has its defaults (`<m>`, same validation split) beside it."""
+    from fedshare.reproduce.jobs import cells
+    from fedshare.run import config_dir
+    from fedshare.tune.tuned import read_tuned, tuned_paths
+
+    found = cells("tuning/comparison", "digits", seeds=[1])
+    tuned = {c.method: c for c in found if tuned_paths(c.overrides)}
+    assert len(tuned) >= 4
+    assert {m.removesuffix("_tuned") for m in tuned} <= {c.method for c in found}
+    budgets = set()
+    for method, cell in tuned.items():
+        strategy = method.removesuffix("_tuned")
+        (path,) = tuned_paths(cell.overrides)
+        content = read_tuned(path, config_dir())
+        how = content["tuned"]
+        budgets.add((how["trials"], how["rounds"], how["budget_rounds"], how["seed"]))
+        setting = [
+            o for o in cell.overrides if o.split("=")[0] not in ("strategy", "tuned", "seed")
+        ]
+        assert how["command"] == [f"strategy={strategy}", *setting], method
+        space = {r.key: r.as_dict() for r in load_space(config_dir() / "tune", strategy)}
+        assert how["space"] == space, method
+        assert f"strategy={strategy}" in content["overrides"]
+        assert "data.val_fraction=0.1" in content["overrides"]
+    assert len(budgets) == 1, budgets
+    trials, rounds, _, seed = budgets.pop()
+    assert trials >= 8 and f"rounds={rounds}" in cell.overrides and seed not in (1, 2, 3)
