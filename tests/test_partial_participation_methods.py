@@ -1,0 +1,337 @@
+"""Partial participation (issue 46 §3): the state a method carries across rounds, recomputed
+by hand from the recorded messages of runs where each round's cohort leaves clients out.
+
+Five digits clients of unequal sizes, two a round, three rounds: a statistic that divides by
+the total instead of the cohort (or the reverse), reads a non-participant, or keeps a stale
+upload differs from the hand computation. SCAFFOLD's control variates and FedDyn's h are
+checked the same way in tests/test_scaffold_feddyn.py (`tiny_run`, the same setting).
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
+
+import pytest
+import torch
+from torch import nn
+
+from fedshare import simulate
+from fedshare.data import federate, load_dataset
+from fedshare.engine.callbacks import Callback
+from fedshare.engine.messages import Message, Update
+from fedshare.models.base import HEAD, BlockModel
+from fedshare.strategies import STRATEGIES, make_strategy
+from fedshare.strategies.base import Strategy
+from helpers import FULL_BATCH
+
+ATOL = 1e-6
+ROUNDS = 3
+ONE_EPOCH = {**FULL_BATCH, "local_epochs": 1}
+SPLIT = {"name": "dirichlet", "alpha": 0.3}
+"""Five clients of unequal sizes, most of them missing some classes."""
+
+
+def clone(t):
+    return {k: v.detach().clone() for k, v in t.items()} if isinstance(t, dict) else t
+
+
+@dataclass
+class Exchange:
+    """One phase of one round: what the server broadcast, the updates it aggregated (copies),
+    and the client states the engine holds once the round is over."""
+
+    round: int
+    phase: str
+    broadcast: Message
+    updates: list[Update] = field(default_factory=list)
+
+    @property
+    def cohort(self) -> list[int]:
+        return [u.client_id for u in self.updates]
+
+
+def copy_message(m: Message) -> Message:
+    return Message(None if m.weights is None else m.weights.clone(), clone(m.payload))
+
+
+def copy_update(u: Update) -> Update:
+    weights = None if u.weights is None else u.weights.detach().clone()
+    return replace(u, weights=weights, payload=clone(u.payload), metrics=dict(u.metrics))
+
+
+def record(strategy: Strategy) -> list[Exchange]:
+    """Wrap `strategy`'s phases so that every broadcast and every aggregated update is kept."""
+    log: list[Exchange] = []
+    own_phases = strategy.phases
+
+    def phases():
+        wrapped = []
+        for phase in own_phases():
+
+            def broadcast(round_idx: int, phase=phase) -> Message:
+                message = phase.broadcast(round_idx)
+                log.append(Exchange(round_idx, phase.name, copy_message(message)))
+                return message
+
+            def aggregate(updates: Iterable[Update], round_idx: int, phase=phase) -> None:
+                updates = list(updates)
+                log[-1].updates = [copy_update(u) for u in updates]
+                phase.aggregate(updates, round_idx)
+
+            wrapped.append(replace(phase, broadcast=broadcast, aggregate=aggregate))
+        return wrapped
+
+    strategy.phases = phases  # type: ignore[method-assign]
+    return log
+
+
+class ClientStates(Callback):
+    """Copies of every client's kept state after each round."""
+
+    def __init__(self) -> None:
+        self.rounds: list[dict[int, dict[str, torch.Tensor]]] = []
+
+    def on_round_end(self, sim, record) -> None:
+        self.rounds.append({cid: clone(dict(s)) for cid, s in sim.client_states.items()})
+
+
+def small_mlp() -> BlockModel:
+    torch.manual_seed(0)
+    return BlockModel(
+        [
+            ("fc1", nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU())),
+            ("fc2", nn.Sequential(nn.Linear(16, 16), nn.ReLU())),
+            (HEAD, nn.Linear(16, 10)),
+        ],
+        flea_layer=1,
+    )
+
+
+def linear() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+
+
+def partial_run(
+    strategy: Strategy,
+    model: Callable[[], nn.Module] = small_mlp,
+    train: dict = FULL_BATCH,
+    rounds: int = ROUNDS,
+    server_size: int = 0,
+) -> tuple[list[Exchange], ClientStates]:
+    data = load_dataset({"name": "digits"})
+    fed = federate(data, SPLIT, 5, 0, server_size=server_size)
+    sizes = fed.client_sizes
+    assert len(set(sizes)) == len(sizes)
+    log, states = record(strategy), ClientStates()
+    simulate(
+        strategy,
+        fed,
+        model(),
+        rounds=rounds,
+        train=train,
+        clients={"per_round": 2},
+        callbacks=[states],
+        eval={"every": rounds},
+    )
+    cohorts = [e.cohort for e in phase(log, "train")]
+    assert all(len(c) == 2 for c in cohorts) and len({k for c in cohorts for k in c}) > 2
+    return log, states
+
+
+def phase(log: list[Exchange], name: str) -> list[Exchange]:
+    return [e for e in log if e.phase == name]
+
+
+# ------------------------------------------------------------------ server optimizers' moments
+def cohort_mean(updates: list[Update]) -> torch.Tensor:
+    """Σ_S n_k y_k / Σ_S n_k: the sample-weighted mean of the cohort's uploads."""
+    n = torch.tensor([float(u.num_samples) for u in updates], dtype=torch.float64)
+    y = torch.stack([u.weights.double() for u in updates])
+    return (n[:, None] * y).sum(0) / n.sum()
+
+
+def fedopt_by_hand(name: str, s: Strategy, log: list[Exchange]) -> dict[str, torch.Tensor]:
+    """Reddi et al.'s Alg. 2 (FedAdagrad/FedAdam/FedYogi) or Hsu et al.'s §3 momentum (FedAvgM)
+    on Δ_t = cohort mean − x_t, in float64, round after round."""
+    x = log[0].broadcast.weights.double()
+    m = torch.zeros_like(x)
+    v = torch.full_like(x, getattr(s, "v0", 0.0))
+    velocity = torch.zeros_like(x)
+    for exchange in log:
+        assert torch.allclose(exchange.broadcast.weights.double(), x, atol=ATOL)
+        delta = cohort_mean(exchange.updates) - x
+        if name == "fedavgm":
+            velocity = s.momentum * velocity - delta
+            x = x - s.server_lr * velocity
+            continue
+        m = s.beta1 * m + (1 - s.beta1) * delta
+        d2 = delta * delta
+        if name == "fedadagrad":
+            v = v + d2
+        elif name == "fedadam":
+            v = s.beta2 * v + (1 - s.beta2) * d2
+        else:
+            v = v - (1 - s.beta2) * d2 * torch.sign(v - d2)
+        x = x + s.eta * m / (v.sqrt() + s.tau)
+    return {"x": x, "m": m, "v": v, "velocity": velocity}
+
+
+@pytest.mark.parametrize("name", ["fedadagrad", "fedadam", "fedyogi", "fedavgm"])
+def test_server_optimizer_state_follows_each_cohorts_mean_update(name):
+    strategy = make_strategy(name, {"eta": 0.1} if name != "fedavgm" else {"momentum": 0.5})
+    log, _ = partial_run(strategy, linear)
+    expected = fedopt_by_hand(name, strategy, log)
+    x = torch.cat([p.detach().reshape(-1) for p in strategy.model.parameters()])
+    torch.testing.assert_close(x.double(), expected["x"], rtol=0, atol=ATOL)
+    for key in strategy.state_names:
+        torch.testing.assert_close(
+            getattr(strategy, key).double(), expected[key], rtol=0, atol=ATOL
+        )
+
+
+# ------------------------------------------------------------------ prototypes and logits
+def per_class(update: Update, num_classes: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+    """A client's uploaded (C × d) rows and counts (0 where it sent nothing)."""
+    classes = update.payload["proto_classes"]
+    rows = torch.zeros(num_classes, update.payload["prototypes"].shape[1], dtype=torch.float64)
+    counts = torch.zeros(num_classes, dtype=torch.float64)
+    rows[classes] = update.payload["prototypes"].double()
+    counts[classes] = (
+        update.payload["proto_counts"].double() if "proto_counts" in update.payload else 1.0
+    )
+    return rows, counts
+
+
+def uploaders_mean(updates: list[Update]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Σ_i w_{i,c} P_{i,c} / Σ_i w_{i,c} over this round's uploads (w: the class counts, or 1
+    per uploading client where no counts travel), and the classes someone sent."""
+    total = torch.zeros(10, dtype=torch.float64)
+    sums = None
+    for update in updates:
+        rows, counts = per_class(update)
+        sums = counts[:, None] * rows if sums is None else sums + counts[:, None] * rows
+        total += counts
+    return sums / total.clamp_min(1e-12)[:, None], total > 0
+
+
+@pytest.mark.parametrize("name", ["fedproto", "fd"])
+def test_global_prototypes_are_this_rounds_uploads_only(name):
+    """FedProto's C̄^(j) (count-weighted, Alg. 1) and FD's global average logits (unweighted
+    across the devices that hold the label, §2): the next broadcast holds exactly the classes
+    this round's cohort sent, averaged over that cohort alone."""
+    log, _ = partial_run(make_strategy(name))
+    assert any(e.updates and "proto_counts" in e.updates[0].payload for e in log) == (
+        name == "fedproto"
+    )
+    for sent, received in pairwise(log):
+        expected, mask = uploaders_mean(sent.updates)
+        classes = received.broadcast.payload["proto_classes"]
+        assert torch.equal(classes, torch.nonzero(mask).flatten())
+        got = received.broadcast.payload["prototypes"].double()
+        torch.testing.assert_close(got, expected[classes], rtol=0, atol=ATOL)
+    assert not all(bool(uploaders_mean(e.updates)[1].all()) for e in log)  # a class was missing
+
+
+# ------------------------------------------------------------------ FLea's feature buffer
+def test_flea_buffer_is_the_last_cohorts_activations():
+    """FLea's Sec. 3.2: the buffer F^(t+1) is the activations the round-t cohort extracted
+    under the new global model, nothing older; it travels with the next round's weights."""
+    strategy = make_strategy("flea", {"share_fraction": 0.2})
+    log, _ = partial_run(strategy, small_mlp, train=ONE_EPOCH)
+    shares, trains = phase(log, "share"), phase(log, "train")
+    assert len(shares) == ROUNDS
+    for share, train, following in zip(shares, trains, trains[1:], strict=False):
+        assert share.cohort == train.cohort
+        uploads = [u for u in share.updates if u.payload]
+        assert len(uploads) == 2
+        sent = following.broadcast.payload
+        features = torch.cat([u.payload["features"] for u in uploads])
+        torch.testing.assert_close(sent["features"], features, rtol=0, atol=0)
+        assert torch.equal(sent["labels"], torch.cat([u.payload["labels"] for u in uploads]))
+    assert strategy.buffer_owners == shares[-1].cohort
+
+
+# ------------------------------------------------------------------ per-client state
+CLIENT_STATE = {
+    "centralized",
+    "fd",
+    "fedbr",
+    "feddyn",
+    "fedgh",
+    "fedkd",
+    "fedmrl",
+    "fedproto",
+    "fedtgp",
+    "fml",
+    "lg_fedavg",
+    "local_only",
+    "moon",
+    "scaffold",
+}
+"""The multi-round strategies whose clients keep state between participations (FedBN's is
+its BatchNorm layers: `test_fedbn_...` below, on a model that has some)."""
+
+STATELESS_SHORT = {"fedaa": {"adv_per_label": 2, "adv_max_iter": 5, "identifier_epochs": 1}}
+
+
+def multi_round() -> list[str]:
+    return sorted(n for n in STRATEGIES.names() if not make_strategy(n).one_shot)
+
+
+@pytest.mark.parametrize("name", multi_round())
+def test_a_clients_state_changes_only_in_the_rounds_it_takes_part_in(name):
+    if name in {"fedpft_chain", "kd"}:
+        pytest.skip("a chain: every client takes part every round")
+    strategy = make_strategy(name, STATELESS_SHORT.get(name))
+    server = 100 if name == "fedavg_ft" else 0
+    log, states = partial_run(strategy, small_mlp, ONE_EPOCH, ROUNDS, server)
+    cohorts = [{c for e in log if e.round == r for c in e.cohort} for r in range(ROUNDS)]
+    trained = [set(e.cohort) for e in phase(log, "train")]
+    assert bool(states.rounds[-1]) == (name in CLIENT_STATE), sorted(states.rounds[-1])
+    before: dict[int, dict[str, torch.Tensor]] = {}
+    for cohort, trainers, after in zip(cohorts, trained, states.rounds, strict=True):
+        for cid in set(before) | set(after):
+            old, new = before.get(cid, {}), after.get(cid, {})
+            same = old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
+            assert same or cid in cohort, f"client {cid} changed without taking part"
+        assert trainers <= set(after) or not after
+        before = after
+
+
+def test_moon_keeps_each_clients_own_last_upload_as_its_previous_model():
+    """MOON's z_prev (Sec. 3.3, Alg. 1): the client's local model of its last participation,
+    which is what it uploaded then; clients that sat a round out keep the older one."""
+    log, states = partial_run(make_strategy("moon"), small_mlp, ONE_EPOCH)
+    last: dict[int, torch.Tensor] = {}
+    for exchange, kept in zip(log, states.rounds, strict=True):
+        last.update({u.client_id: u.weights for u in exchange.updates})
+        assert set(kept) == set(last)
+        for cid, weights in last.items():
+            torch.testing.assert_close(kept[cid]["prev"], weights, rtol=0, atol=0)
+
+
+def test_fedbn_clients_keep_the_batchnorm_of_their_own_last_training():
+    """FedBN (Li et al. 2021, Alg. 1): BN layers stay local, so a client's BN state after the
+    round is the one it trained, and its upload carries none of it."""
+
+    def bn_mlp() -> BlockModel:
+        torch.manual_seed(0)
+        body = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.BatchNorm1d(16), nn.ReLU())
+        return BlockModel([("fc", body), (HEAD, nn.Linear(16, 10))])
+
+    log, states = partial_run(make_strategy("fedbn"), bn_mlp, ONE_EPOCH)
+    bn_size = 16 * 4  # weight, bias, running mean, running variance
+    seen: dict[int, torch.Tensor] = {}
+    for exchange, kept in zip(log, states.rounds, strict=True):
+        assert all(
+            u.weights.numel() == exchange.broadcast.weights.numel() for u in exchange.updates
+        )
+        for u in exchange.updates:
+            assert kept[u.client_id]["bn"].numel() == bn_size
+            assert u.client_id not in seen or not torch.equal(
+                seen[u.client_id], kept[u.client_id]["bn"]
+            )
+            seen[u.client_id] = kept[u.client_id]["bn"]
+        for cid, bn in seen.items():
+            assert torch.equal(kept[cid]["bn"], bn)
