@@ -208,7 +208,7 @@ def uploaders_mean(updates: list[Update]) -> tuple[torch.Tensor, torch.Tensor]:
     per uploading client where no counts travel), and the classes someone sent."""
     total = torch.zeros(10, dtype=torch.float64)
     sums = None
-    for update in updates:
+    for update in (u for u in updates if "proto_classes" in u.payload):
         rows, counts = per_class(update)
         sums = counts[:, None] * rows if sums is None else sums + counts[:, None] * rows
         total += counts
@@ -231,6 +231,57 @@ def test_global_prototypes_are_this_rounds_uploads_only(name):
         got = received.broadcast.payload["prototypes"].double()
         torch.testing.assert_close(got, expected[classes], rtol=0, atol=ATOL)
     assert not all(bool(uploaders_mean(e.updates)[1].all()) for e in log)  # a class was missing
+
+
+@pytest.mark.parametrize("memory", ["none", "last"])
+def test_rebafl_prototypes_and_weights_come_from_the_active_clients(memory):
+    """ReBaFL's Algorithm 1 (Eq. 23): the count-weighted mean of the prototypes the active
+    clients sent, and the sample-weighted mean of their models; a class nobody reported has no
+    prototype (`prototype_memory=none`, Sec. 4.3) or keeps its last one (`last`)."""
+    strategy = make_strategy("rebafl", {"prototype_memory": memory})
+    log, _ = partial_run(strategy, small_mlp, ONE_EPOCH, rounds=6)
+    final = Message(None, {"proto_classes": torch.nonzero(strategy.proto_mask).flatten()})
+    final.payload["prototypes"] = strategy.prototypes[strategy.proto_mask]
+    received = [e.broadcast for e in log[1:]] + [final]
+    kept = torch.zeros(10, 16, dtype=torch.float64)
+    held = torch.zeros(10, dtype=torch.bool)
+    dropped_out = False  # a class reported earlier that the next cohort did not report
+    for sent, message in zip(log, received, strict=True):
+        if message is not final:
+            torch.testing.assert_close(
+                message.weights.double(), cohort_mean(sent.updates), rtol=0, atol=ATOL
+            )
+        new, mask = uploaders_mean(sent.updates)
+        dropped_out |= bool((held & ~mask).any())
+        if memory == "last":
+            new, mask = torch.where(mask[:, None], new, kept), mask | held
+        kept, held = new, mask
+        classes = message.payload["proto_classes"]
+        assert torch.equal(classes, torch.nonzero(mask).flatten())
+        got = message.payload["prototypes"].double()
+        torch.testing.assert_close(got, new[classes], rtol=0, atol=ATOL)
+    assert dropped_out
+
+
+@pytest.mark.parametrize("name", ["fedgh", "fedtgp"])
+def test_server_trains_on_this_rounds_uploaded_prototypes_alone(name, monkeypatch):
+    """FedGH's header (Alg. 1) and FedTGP's trainable prototypes (Eq. 5) learn from the
+    prototypes the round's cohort uploaded, each (class, prototype) once, nothing older."""
+    module = __import__(f"fedshare.strategies.{name}", fromlist=["prototype_batches"])
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    own = module.prototype_batches
+
+    def spy(protos, labels, *args, **kwargs):
+        seen.append((protos.detach().clone(), labels.clone()))
+        return own(protos, labels, *args, **kwargs)
+
+    monkeypatch.setattr(module, "prototype_batches", spy)
+    log, _ = partial_run(make_strategy(name), small_mlp, ONE_EPOCH)
+    assert len(seen) == len(log)
+    for (protos, labels), exchange in zip(seen, log, strict=True):
+        sent = [u.payload for u in exchange.updates]
+        torch.testing.assert_close(protos, torch.cat([p["prototypes"] for p in sent]))
+        assert torch.equal(labels, torch.cat([p["proto_classes"] for p in sent]))
 
 
 # ------------------------------------------------------------------ FLea's feature buffer
