@@ -323,6 +323,37 @@ CLIENT_STATE = {
 """The multi-round strategies whose clients keep state between participations (FedBN's is
 its BatchNorm layers: `test_fedbn_...` below, on a model that has some)."""
 
+COHORT_MEAN = {
+    "bsm_fedavg",
+    "ccvr",
+    "feature_recalibration",
+    "fedavg",
+    "fedbabu",
+    "fedbn",
+    "fedbr",
+    "feddata",
+    "feddecorr",
+    "fedgen",
+    "fedgen_input",
+    "fedlc",
+    "fedmix",
+    "fedmrl",
+    "fedntd",
+    "fedprox",
+    "fedrs",
+    "flea",
+    "fml",
+    "lg_fedavg",
+    "moon",
+    "rebafl",
+    "scaffold",
+}
+"""Strategies whose next broadcast weights are the sample-weighted mean of what the round's
+cohort uploaded (FedAvg's Alg. 1 step, or the shared part of it: FedBN's non-BN entries,
+LG-FedAvg's global layers, FML's meme and FedMRL's shared model; SCAFFOLD at its global rate
+1). The server optimizers, FedDyn, FedAvg-FT and FedAA step further, checked in their own
+tests."""
+
 STATELESS_SHORT = {"fedaa": {"adv_per_label": 2, "adv_max_iter": 5, "identifier_epochs": 1}}
 
 
@@ -331,7 +362,9 @@ def multi_round() -> list[str]:
 
 
 @pytest.mark.parametrize("name", multi_round())
-def test_a_clients_state_changes_only_in_the_rounds_it_takes_part_in(name):
+def test_only_the_cohort_moves_client_state_and_the_global_mean(name):
+    """A client's kept state changes only in a round it takes part in; where the server's
+    model is the cohort's sample-weighted mean, the next broadcast is exactly that mean."""
     if name in {"fedpft_chain", "kd"}:
         pytest.skip("a chain: every client takes part every round")
     strategy = make_strategy(name, STATELESS_SHORT.get(name))
@@ -348,6 +381,11 @@ def test_a_clients_state_changes_only_in_the_rounds_it_takes_part_in(name):
             assert same or cid in cohort, f"client {cid} changed without taking part"
         assert trainers <= set(after) or not after
         before = after
+    train = phase(log, "train")
+    for sent, received in pairwise(train):
+        if name in COHORT_MEAN:
+            got = received.broadcast.weights.double()
+            torch.testing.assert_close(got, cohort_mean(sent.updates), rtol=0, atol=ATOL)
 
 
 def test_moon_keeps_each_clients_own_last_upload_as_its_previous_model():
