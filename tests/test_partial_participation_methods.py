@@ -19,6 +19,7 @@ from fedshare import simulate
 from fedshare.data import federate, load_dataset
 from fedshare.engine.callbacks import Callback
 from fedshare.engine.messages import Message, Update
+from fedshare.functional.class_gaussians import class_statistics
 from fedshare.models.base import HEAD, BlockModel
 from fedshare.strategies import STRATEGIES, make_strategy
 from fedshare.strategies.base import Strategy
@@ -282,6 +283,27 @@ def test_server_trains_on_this_rounds_uploaded_prototypes_alone(name, monkeypatc
         sent = [u.payload for u in exchange.updates]
         torch.testing.assert_close(protos, torch.cat([p["prototypes"] for p in sent]))
         assert torch.equal(labels, torch.cat([p["proto_classes"] for p in sent]))
+
+
+def test_ccvr_pools_every_clients_statistics_after_the_last_round():
+    """CCVR (§4, "Feature distribution estimation"): after training, every client (not only
+    the last cohort) sends N_{c,k}, μ_{c,k}, Σ_{c,k}; the pooled μ_c and Σ_c are the mean and
+    unbiased covariance of all clients' features of class c under the final model."""
+    strategy = make_strategy("ccvr")
+    log, _ = partial_run(strategy, small_mlp, ONE_EPOCH)
+    calibrations = [e for e in phase(log, "calibrate") if e.updates]
+    assert [(e.round, sorted(e.cohort)) for e in calibrations] == [(ROUNDS - 1, [0, 1, 2, 3, 4])]
+    assert len(phase(log, "train")[-1].cohort) == 2
+    data = strategy.data
+    everyone = torch.cat(list(data.client_indices))
+    x, y = data.dataset.train_batch(everyone)
+    with torch.no_grad():
+        features = strategy.model.eval().features(x)
+    expected = class_statistics(features, y)
+    got = strategy.class_gaussians
+    assert torch.equal(got.classes, expected.classes) and torch.equal(got.counts, expected.counts)
+    torch.testing.assert_close(got.means, expected.means, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.covariances, expected.covariances, rtol=0, atol=1e-5)
 
 
 # ------------------------------------------------------------------ FLea's feature buffer
