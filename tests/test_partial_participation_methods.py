@@ -20,9 +20,11 @@ from fedshare.data import federate, load_dataset
 from fedshare.engine.callbacks import Callback
 from fedshare.engine.messages import Message, Update
 from fedshare.functional.class_gaussians import class_statistics
+from fedshare.functional.sparse import unpack
 from fedshare.models.base import HEAD, BlockModel
 from fedshare.strategies import STRATEGIES, make_strategy
 from fedshare.strategies.base import Strategy
+from fedshare.strategies.fedgen import COUNTS, PRIOR
 from helpers import FULL_BATCH
 
 ATOL = 1e-6
@@ -304,6 +306,52 @@ def test_ccvr_pools_every_clients_statistics_after_the_last_round():
     assert torch.equal(got.classes, expected.classes) and torch.equal(got.counts, expected.counts)
     torch.testing.assert_close(got.means, expected.means, rtol=0, atol=1e-5)
     torch.testing.assert_close(got.covariances, expected.covariances, rtol=0, atol=1e-5)
+
+
+def test_dsfl_adds_the_cohorts_weighted_mean_of_sparse_updates_and_keeps_residuals_local():
+    """Top-K sparsified FedAvg: θ_{t+1} = θ_t + Σ_S n_k·sparse(Δ_k) / Σ_S n_k; with error
+    feedback each client's dropped residual is its own state, moved only when it trains."""
+    log, states = partial_run(make_strategy("dsfl", {"error_feedback": True}), small_mlp, ONE_EPOCH)
+    for sent, received in pairwise(log):
+        theta = sent.broadcast.weights.double()
+        n = torch.tensor([float(u.num_samples) for u in sent.updates], dtype=torch.float64)
+        deltas = torch.stack([unpack(u.weights, theta.numel()).double() for u in sent.updates])
+        expected = theta + (n[:, None] * deltas).sum(0) / n.sum()
+        got = received.broadcast.weights.double()
+        torch.testing.assert_close(got, expected, rtol=0, atol=ATOL)
+    residuals: dict[int, torch.Tensor] = {}
+    for exchange, kept in zip(log, states.rounds, strict=True):
+        for u in exchange.updates:
+            sent_entries = unpack(u.weights, exchange.broadcast.weights.numel()) != 0
+            assert not kept[u.client_id]["residual"][sent_entries].any()  # sent, so not kept
+            residuals[u.client_id] = kept[u.client_id]["residual"]
+        assert {c: kept[c]["residual"] for c in kept}.keys() == residuals.keys()
+        for cid, residual in residuals.items():
+            assert torch.equal(kept[cid]["residual"], residual)
+
+
+def test_fedgen_prior_counts_every_upload_and_the_generator_this_rounds_heads():
+    """FedGen (Zhu et al. 2021, Eq. 4 and Alg. 1): p̂(y) is proportional to every label count
+    received so far; the generator of round t weighs the round's heads by that round's counts
+    α_{k,y} alone."""
+    strategy = make_strategy("fedgen", {"generator_steps": 2})
+    seen: list[torch.Tensor] = []
+    own = strategy.train_generator
+
+    def spy(heads, counts, round_idx):
+        seen.append(counts.clone())
+        return own(heads, counts, round_idx)
+
+    strategy.train_generator = spy
+    log, _ = partial_run(strategy, small_mlp, ONE_EPOCH)
+    totals = torch.zeros(10, dtype=torch.float64)
+    for exchange, counts, received in zip(log, seen, log[1:], strict=False):
+        round_counts = torch.stack([u.payload[COUNTS].long() for u in exchange.updates])
+        assert torch.equal(counts, round_counts)
+        totals += round_counts.sum(0).double()
+        prior = received.broadcast.payload[PRIOR].double()
+        torch.testing.assert_close(prior, totals / totals.sum(), rtol=0, atol=ATOL)
+    assert len(seen) == ROUNDS
 
 
 # ------------------------------------------------------------------ FLea's feature buffer
