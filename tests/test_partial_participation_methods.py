@@ -47,6 +47,8 @@ class Exchange:
     phase: str
     broadcast: Message
     updates: list[Update] = field(default_factory=list)
+    personal: list[int] = field(default_factory=list)
+    """The clients a message addressed to them alone went to (`Phase.personal`)."""
 
     @property
     def cohort(self) -> list[int]:
@@ -81,7 +83,20 @@ def record(strategy: Strategy) -> list[Exchange]:
                 log[-1].updates = [copy_update(u) for u in updates]
                 phase.aggregate(updates, round_idx)
 
-            wrapped.append(replace(phase, broadcast=broadcast, aggregate=aggregate))
+            def personal(round_idx: int, client_id: int, phase=phase) -> Message | None:
+                message = phase.personal(round_idx, client_id)
+                if message is not None:
+                    log[-1].personal.append(client_id)
+                return message
+
+            wrapped.append(
+                replace(
+                    phase,
+                    broadcast=broadcast,
+                    aggregate=aggregate,
+                    personal=phase.personal and personal,
+                )
+            )
         return wrapped
 
     strategy.phases = phases  # type: ignore[method-assign]
@@ -352,6 +367,21 @@ def test_fedgen_prior_counts_every_upload_and_the_generator_this_rounds_heads():
         prior = received.broadcast.payload[PRIOR].double()
         torch.testing.assert_close(prior, totals / totals.sum(), rtol=0, atol=ATOL)
     assert len(seen) == ROUNDS
+
+
+def test_fedaa_identifiers_go_to_the_rounds_cohort_and_its_second_pass_is_the_model():
+    """FedAA's Algorithm 4: the identifiers I_k are trained for, and sent to, the clients of
+    phase A only (phase C is the same cohort), and the round's model is the n_k-weighted mean
+    of their second-pass models (phase D)."""
+    short = {"adv_per_label": 2, "adv_max_iter": 5, "identifier_epochs": 1, "finetune_epochs": 1}
+    log, _ = partial_run(make_strategy("fedaa", short), small_mlp, ONE_EPOCH)
+    trains, seconds = phase(log, "train"), phase(log, "second")
+    assert len(trains) == len(seconds) == ROUNDS
+    for first, second in zip(trains, seconds, strict=True):
+        assert second.cohort == first.cohort == second.personal
+    for second, next_round in zip(seconds, trains[1:], strict=False):
+        got = next_round.broadcast.weights.double()
+        torch.testing.assert_close(got, cohort_mean(second.updates), rtol=0, atol=ATOL)
 
 
 # ------------------------------------------------------------------ FLea's feature buffer
