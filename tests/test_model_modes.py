@@ -38,7 +38,7 @@ from fedshare.engine.simulation import Simulation
 from fedshare.functional.logit_sharing import label_logits
 from fedshare.functional.prototype_losses import nearest_prototype
 from fedshare.functional.prototypes import class_means, feature_prototypes
-from fedshare.models.base import HEAD, BlockModel
+from fedshare.models.base import HEAD, MODELS, BlockModel
 from fedshare.strategies import STRATEGIES, make_strategy
 from fedshare.strategies._feature_heads import extract
 from fedshare.strategies.fedproto import prototype_accuracy
@@ -65,7 +65,7 @@ class ModeProbe(nn.Module):
         return x
 
 
-def probe_model(dropout: float = 0.5) -> BlockModel:
+def probe_model(dropout: float = 0.5, channels: int = 4) -> BlockModel:
     """A digits (1×8×8) CNN with BatchNorm in its first block and Dropout in its second."""
     torch.manual_seed(0)
     return BlockModel(
@@ -73,8 +73,8 @@ def probe_model(dropout: float = 0.5) -> BlockModel:
             (
                 "conv1",
                 nn.Sequential(
-                    nn.Conv2d(1, 4, 3, padding=1),
-                    nn.BatchNorm2d(4),
+                    nn.Conv2d(1, channels, 3, padding=1),
+                    nn.BatchNorm2d(channels),
                     ModeProbe(),
                     nn.ReLU(),
                     nn.MaxPool2d(2),
@@ -83,7 +83,11 @@ def probe_model(dropout: float = 0.5) -> BlockModel:
             (
                 "fc",
                 nn.Sequential(
-                    nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Dropout(dropout), ModeProbe()
+                    nn.Flatten(),
+                    nn.Linear(16 * channels, 16),
+                    nn.ReLU(),
+                    nn.Dropout(dropout),
+                    ModeProbe(),
                 ),
             ),
             (HEAD, nn.Linear(16, 10)),
@@ -120,7 +124,9 @@ HEADS_ON_FIXED_FEATURES = {
 """One-shot methods that train heads on the body's fixed features: the body never trains."""
 
 
-def probe_run(name: str, params: dict | None = None, **train_options: object) -> Counter:
+def probe_run(
+    name: str, params: dict | None = None, models: list | None = None, **train_options: object
+) -> Counter:
     """The passes of a short run of strategy `name` on the probe model: 4 digits clients,
     2 rounds (1 for a one-shot method), global and personal evaluation every round."""
     data = load_dataset({"name": "digits"})
@@ -137,7 +143,9 @@ def probe_run(name: str, params: dict | None = None, **train_options: object) ->
         seed=0,
         device="cpu",
         progress=False,
-        clients=ClientsConfig(num=4, per_round=None if name in FULL_COHORT else 3),
+        clients=ClientsConfig(
+            num=4, per_round=None if name in FULL_COHORT else 3, models=models or []
+        ),
         train=train,
         eval=EvalConfig(personal=True, personal_size=20),
         checkpoint=CheckpointConfig(every=0),
@@ -165,6 +173,21 @@ def test_every_strategy_infers_in_eval_mode_and_trains_in_train_mode(name):
 def test_batched_clients_train_in_train_mode():
     passes = probe_run("fedavg", batched=2)
     assert not wrong_modes(passes, set())
+    assert any(k[0] and k[1] for k in passes)
+
+
+@pytest.mark.parametrize("name", ["fd", "fedproto", "fml"])
+def test_clients_of_two_architectures_are_evaluated_and_trained_in_their_modes(name, monkeypatch):
+    """Clients of their own architectures (`clients.models`): the per-architecture personal
+    evaluation runs in eval mode too."""
+    MODELS.names()  # the built-in models first
+    for model_name, channels in (("probe_modes_a", 4), ("probe_modes_b", 8)):
+        factory = lambda shape, classes, channels=channels: probe_model(channels=channels)  # noqa: E731
+        monkeypatch.setitem(MODELS._items, model_name, factory)
+    passes = probe_run(name, models=["probe_modes_a", "probe_modes_b"])
+    assert not wrong_modes(passes, set())
+    evaluated = set().union(*(k[3] for k in passes if not k[0] and not k[1]))
+    assert "engine/personal_eval.py:correct_on" in evaluated
     assert any(k[0] and k[1] for k in passes)
 
 
