@@ -125,6 +125,10 @@ def small_mlp() -> BlockModel:
     )
 
 
+HEAD_START = 64 * 16 + 16 + 16 * 16 + 16
+"""Where `small_mlp`'s head starts in its flat weights (after fc1's and fc2's)."""
+
+
 def linear() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
@@ -451,8 +455,8 @@ COHORT_MEAN = {
 """Strategies whose next broadcast weights are the sample-weighted mean of what the round's
 cohort uploaded (FedAvg's Alg. 1 step, or the shared part of it: FedBN's non-BN entries,
 LG-FedAvg's global layers, FML's meme and FedMRL's shared model; SCAFFOLD at its global rate
-1). The server optimizers, FedDyn, FedAvg-FT and FedAA step further, checked in their own
-tests."""
+1); FedAvg-FT's body (its head is re-trained after the mean). The server optimizers, FedDyn
+and FedAA step further, checked in their own tests."""
 
 STATELESS_SHORT = {"fedaa": {"adv_per_label": 2, "adv_max_iter": 5, "identifier_epochs": 1}}
 
@@ -482,10 +486,14 @@ def test_only_the_cohort_moves_client_state_and_the_global_mean(name):
         assert trainers <= set(after) or not after
         before = after
     train = phase(log, "train")
-    for sent, received in pairwise(train):
+    for sent, received in pairwise(train if name in {*COHORT_MEAN, "fedavg_ft"} else []):
+        got, mean = received.broadcast.weights.double(), cohort_mean(sent.updates)
         if name in COHORT_MEAN:
-            got = received.broadcast.weights.double()
-            torch.testing.assert_close(got, cohort_mean(sent.updates), rtol=0, atol=ATOL)
+            torch.testing.assert_close(got, mean, rtol=0, atol=ATOL)
+        elif name == "fedavg_ft":  # the body is the mean, the head is re-trained after it
+            body = HEAD_START
+            torch.testing.assert_close(got[:body], mean[:body], rtol=0, atol=ATOL)
+            assert not torch.allclose(got[body:], mean[body:], atol=ATOL)
 
 
 def test_moon_keeps_each_clients_own_last_upload_as_its_previous_model():
