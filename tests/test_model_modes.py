@@ -129,7 +129,7 @@ def probe_run(
 ) -> Counter:
     """The passes of a short run of strategy `name` on the probe model: 4 digits clients,
     2 rounds (1 for a one-shot method), global and personal evaluation every round."""
-    data = load_dataset({"name": "digits"})
+    data = load_dataset({"name": "digits", "train_subset": 400, "test_subset": 200})
     strategy = make_strategy(name, {**matrix.SHORT_BUDGET.get(name, {}), **(params or {})})
     partition = matrix.server_partition(data) if name in matrix.NEEDS_SERVER else "iid"
     server_size = len(data.y_train) // 10 if name in matrix.NEEDS_SERVER_DATA else 0
