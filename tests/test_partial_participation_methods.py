@@ -25,6 +25,7 @@ from fedshare.models.base import HEAD, BlockModel
 from fedshare.strategies import STRATEGIES, make_strategy
 from fedshare.strategies.base import Strategy
 from fedshare.strategies.fedgen import COUNTS, PRIOR
+from fedshare.strategies.fedkd import factor_flat, unfactor_flat
 from helpers import FULL_BATCH
 
 ATOL = 1e-6
@@ -386,6 +387,27 @@ def test_fedaa_identifiers_go_to_the_rounds_cohort_and_its_second_pass_is_the_mo
     for second, next_round in zip(seconds, trains[1:], strict=False):
         got = next_round.broadcast.weights.double()
         torch.testing.assert_close(got, cohort_mean(second.updates), rtol=0, atol=ATOL)
+
+
+def test_fedkd_mentee_is_the_cohorts_mean_of_the_decompressed_uploads():
+    """FedKD (Wu et al. 2022, §Methods, with HtFLlib's weight factoring): the server averages
+    the cohort's decompressed mentees (sample-weighted) and sends the mean back factored at the
+    next round's energy."""
+    strategy = make_strategy("fedkd")
+    log, _ = partial_run(strategy, small_mlp, ONE_EPOCH)
+    flat = strategy.flat
+    means = []
+    for exchange in log:
+        n = torch.tensor([float(u.num_samples) for u in exchange.updates], dtype=torch.float64)
+        ups = torch.stack([unfactor_flat(flat, u.payload).double() for u in exchange.updates])
+        means.append((n[:, None] * ups).sum(0) / n.sum())
+    for mean, received in zip(means, log[1:], strict=False):
+        energy = float(received.broadcast.payload["energy"])
+        sent = {k: v for k, v in received.broadcast.payload.items() if k != "energy"}
+        expected = unfactor_flat(flat, factor_flat(flat, mean.float(), energy))
+        torch.testing.assert_close(unfactor_flat(flat, sent), expected, rtol=0, atol=ATOL)
+    final = flat.flatten(strategy.model).double()
+    torch.testing.assert_close(final, means[-1], rtol=0, atol=ATOL)
 
 
 # ------------------------------------------------------------------ FLea's feature buffer
