@@ -4,10 +4,13 @@ its step needs.
 - Evaluation (global, personal) runs in eval mode: BatchNorm's running statistics are read and
   never moved, dropout is off; the model is handed back in the mode it came in.
 - What a strategy extracts to share or to score (FLea's activations, the prototypes of
-  FedProto/FedTGP/FedGH/ReBaFL, FD's per-label logits, the one-shot heads' features,
-  nearest-prototype accuracy) is computed in eval mode, as the authors' code does
-  (FLea's code extracts with `net.eval()`; FedProto's and FedTGP's code collect prototypes
-  under `model.eval()`), and the mode is restored.
+  FedProto/FedTGP/FedGH/ReBaFL, FD's per-label logits, CCVR's statistics, the one-shot heads'
+  features, nearest-prototype accuracy) is computed in eval mode after training, and the mode
+  is restored. Sources: FLea's code extracts in eval mode (`extract_bn_mode`, whose `train`
+  option is checked below); FedGH's extraction follows HtFLlib's `collect_protos` (eval);
+  CCVR's statistics are taken on the trained model in eval mode (its docstring); FedProto and
+  FD state a deviation from HtFLlib, which averages the features or logits seen during
+  training (train mode), and compute them after training in eval mode.
 - Local and server training steps run in train mode.
 
 A probe layer inside a BatchNorm + Dropout model logs (mode, grad enabled, calling function)
