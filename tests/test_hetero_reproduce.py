@@ -40,3 +40,21 @@ def test_the_family_jobs_rows():
     assert tgp == {"lg_fedavg", "fml", "fedkd", "fd", "fedproto", "fedtgp", "local_only", "fedgh"}
     family = {c.method for c in cells("hetero/family", "preset", seeds=[0])}
     assert family == {"local_only", "fd", "fml", "lg_fedavg", "fedkd", "fedmrl", "fedgen"}
+
+
+def test_fds_and_fmls_checks_share_lg_fedavgs_pathological_mnist_cells():
+    """fd/mnist and fml/mnist run on lg_fedavg/mnist's pathological cpu column: their FedAvg and
+    LocalOnly cells are the same run folders with the same overrides, and each adds its own
+    method's row; LG-FedAvg's job fills the authors' IID numbers and runs the same rows there."""
+    lg = {c.folder: set(c.overrides) for c in cells("lg_fedavg/mnist", "cpu")}
+    for job, own in (("fd/mnist", "fd"), ("fml/mnist", "fml")):
+        found = {c.folder: set(c.overrides) for c in cells(job, "cpu")}
+        shared = {f for f in found if f.split("/")[1] in ("fedavg", "local_only")}
+        assert len(shared) == 4 and shared <= set(lg)
+        assert all(found[f] == lg[f] for f in shared)
+        assert {f.split("/")[1] for f in found} == {"fedavg", "local_only", own}
+        assert all(f"strategy={own}" in found[f] for f in found if f.split("/")[1] == own)
+    assert {(c.column, c.method) for c in cells("lg_fedavg/mnist", "paper", seeds=[0])} == {
+        ("lg_fedavg/mnist_iid", m) for m in ("local_only", "lg_fedavg", "fedavg")
+    }
+    assert {f.split("/")[0] for f in lg} == {"mnist_iid", "mnist_pat2"}
