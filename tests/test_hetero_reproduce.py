@@ -1,6 +1,6 @@
 """The heterogeneous family's reproduce jobs (docs/heterogeneous-records.md): FedGH's CIFAR-10
-check runs exactly fedtgp/table1's cpu stand-in cells, and the family's jobs name the rows the
-docs say they run."""
+check runs exactly fedtgp/table1's cpu stand-in cells, FedMRL's own-setting check runs FedGH's
+own-setting cells plus FedMRL's, and the family's jobs name the rows the docs say they run."""
 
 from fedshare.paper.compare import entries
 from fedshare.reproduce import cells, load_job
@@ -21,6 +21,29 @@ def test_fedghs_check_runs_the_cells_of_fedtgps_cpu_stand_in():
         "fedproto",
         "fedgh",
     }
+
+
+def test_fedmrls_check_runs_the_cells_of_fedghs_own_setting_plus_fedmrl():
+    """fedmrl/cifar10_n10 shares fedgh/cifar10_n10's run folders (the same overrides) for every
+    row but FedMRL's; both are the papers' N = 10 setting: 10 clients of 2 classes, five models."""
+    gh = {c.folder: c.overrides for c in cells("fedgh/cifar10_n10", "cpu")}
+    mrl = {c.folder: c.overrides for c in cells("fedmrl/cifar10_n10", "cpu")}
+    assert set(gh) < set(mrl)
+    assert all(mrl[folder] == gh[folder] for folder in gh)
+    assert {f.split("/")[1] for f in gh} == {
+        "local_only",
+        "lg_fedavg",
+        "fd",
+        "fedproto",
+        "fml",
+        "fedkd",
+        "fedgh",
+    }
+    assert {f.split("/")[1] for f in set(mrl) - set(gh)} == {"fedmrl"}
+    overrides = next(iter(gh.values()))
+    assert {"partition=pat2", "clients.num=10", "clients.fraction=1.0"} <= set(overrides)
+    models = next(o for o in overrides if o.startswith("clients.models="))
+    assert models.count("{name:") == 5
 
 
 def test_the_family_jobs_rows():
