@@ -459,7 +459,9 @@ def test_local_separability_is_measured_only_when_asked_and_the_model_has_featur
         (True, linear(), False),
     ]:
         sim = SimpleNamespace(
-            config=SimpleNamespace(eval=EvalConfig(davies_bouldin=asked)), worker=model
+            config=SimpleNamespace(eval=EvalConfig(davies_bouldin=asked)),
+            worker=model,
+            architectures=SimpleNamespace(models=None),
         )
         Evaluation().on_begin(sim)
         assert sim.measure_local is expected
