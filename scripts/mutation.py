@@ -746,6 +746,87 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_results.py",
     ),
+    "engine_loop": Target(  # the round loop: phases, members, bytes, how a run ends; callbacks
+        {
+            "src/fedshare/engine/simulation.py": (
+                "Simulation.__init__",
+                "Simulation.run_round",
+                "Simulation.stage",
+                "Simulation.run",
+                "Simulation._run",
+                "Simulation._finished",
+                "Simulation._rounds",
+                "Simulation._completed",
+                "Simulation._stopped",
+                "Simulation.cpu_summary",
+            ),
+            "src/fedshare/engine/callbacks.py": (
+                "as_callback",
+                "round_record",
+                "MetricsLog.on_round_end",
+                "Checkpoints.on_round_end",
+                "ProgressBar.on_stage",
+                "ProgressBar.on_round_end",
+                "ProgressBar.on_end",
+                "EarlyStopping.__init__",
+                "EarlyStopping.on_round_end",
+                "TimeBudget.on_round_end",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_engine_loop.py",
+    ),
+    "engine_eval": Target(  # evaluation (eval mode, batches, schedule) and personal accuracy
+        {
+            "src/fedshare/engine/evaluation.py": (
+                "evaluate",
+                "evaluate_batches",
+                "validation_metrics",
+                "Evaluation.on_begin",
+                "Evaluation.measure",
+                "Evaluation.measures",
+                "Evaluation._personal_metrics",
+                "Evaluation.on_complete",
+            ),
+            "src/fedshare/engine/personal_eval.py": (
+                "personal_test_splits",
+                "split_accuracy",
+                "_accuracy",
+                "correct_on",
+                "personal_metrics",
+                "_all_needed",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_engine_loop.py",
+    ),
+    "engine_records": Target(  # summary.json's sums, kept messages, state segments, the mean
+        {
+            "src/fedshare/engine/summary.py": ("personal_summary", "run_summary"),
+            "src/fedshare/engine/kept_messages.py": (
+                "KeptMessages.keep",
+                "KeptMessages._forget_unheld",
+                "KeptMessages.of",
+                "KeptMessages.state_dict",
+                "KeptMessages.load_state_dict",
+                "_restore",
+                "Inboxes.collect",
+            ),
+            "src/fedshare/engine/state_log.py": (
+                "ClientStateLog.__init__",
+                "ClientStateLog.save",
+                "ClientStateLog.prune",
+                "ClientStateLog.load",
+                "ClientStateLog.clear",
+            ),
+            "src/fedshare/engine/aggregation.py": (
+                "RunningMean.__init__",
+                "RunningMean.add",
+                "RunningMean.empty",
+                "RunningMean.value",
+            ),
+            "src/fedshare/engine/messages.py": ("Update.aggregation_weight",),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_engine_loop.py",
+    ),
     "results_tables": Target(  # the report: runs grouped into rows, their cells, the paper's
         {
             "src/fedshare/results/grouping.py": (

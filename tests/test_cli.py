@@ -313,3 +313,27 @@ def test_no_shipped_config_sets_hydra_mode():
         if "mode" in ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {})
     ]
     assert setting == []
+
+
+def test_a_run_folder_set_in_a_preset_is_refused_in_one_sentence(tmp_path, capsys):
+    """A `run_dir` that only a preset sets (not the command line) is checked before Hydra
+    makes the folder: the callback configs/config.yaml registers exits 2 with one sentence."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+
+    def run_start(folder: Path) -> None:
+        with initialize_config_dir(str(config_dir()), version_base="1.3"):
+            config = compose("config", [f"run_dir={folder}"], return_hydra_config=True)
+        instantiate(config.hydra.callbacks.run_folder).on_run_start(config=config)
+
+    with pytest.raises(SystemExit) as stop:
+        run_start(blocker / "run")
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedshare: error: run_dir=") and "is a file" in err
+    assert len(err.strip().splitlines()) == 1
+    run_start(tmp_path / "ok")
+    assert not (tmp_path / "ok").exists()  # checked, not made

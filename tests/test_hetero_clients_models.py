@@ -48,6 +48,7 @@ def simulation(
     batched: int = 1,
     params: dict | None = None,
     memory_format: str = "auto",
+    model_of: object = "cyclic",
 ) -> Simulation:
     """`name` on digits, Dir(0.3) over `clients` clients, 4 a round, the three small
     architectures (the run's model a small cnn_small of width 16)."""
@@ -59,7 +60,10 @@ def simulation(
         device="cpu",
         progress=False,
         clients=ClientsConfig(
-            num=clients, per_round=4, models=MODELS if models is None else models
+            num=clients,
+            per_round=4,
+            models=MODELS if models is None else models,
+            model_of=model_of,
         ),
         train=resolve_train({**DIGITS_TRAIN, "batched": batched}, strategy, "digits"),
         eval=EvalConfig(personal_size=30),

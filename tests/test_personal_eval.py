@@ -54,3 +54,31 @@ def test_records_carry_the_mean_and_lowest_client_accuracy():
     # two classes of 40 each: the constant model scores half of every client's split
     assert local.history[-1]["personal_accuracy"] == 50.0
     assert local.history[-1]["accuracy"] == plain.history[-1]["accuracy"]
+
+
+def test_a_client_whose_classes_have_no_test_sample_is_refused_before_round_0():
+    """Client 1 holds only class 2, which the test set lacks: one sentence naming the client
+    and its classes, raised when the run begins (the splits are drawn in `on_begin`)."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from fedshare.config import EvalConfig
+    from fedshare.engine.evaluation import Evaluation
+    from fedshare.errors import FedshareError
+
+    counts = np.array([[3, 2, 0], [0, 0, 5]])
+    labels = torch.tensor([0, 0, 1, 1, 1])
+    with pytest.raises(FedshareError, match=r"client 1's classes \(2\) have no sample among the 5"):
+        personal_test_splits(counts, labels, 4, seed=0)
+    sim = SimpleNamespace(
+        config=SimpleNamespace(eval=EvalConfig(personal=True, personal_size=4), seed=0),
+        worker=nn.Linear(2, 3),
+        architectures=SimpleNamespace(models=None),
+        data=SimpleNamespace(
+            partition=SimpleNamespace(class_counts=counts),
+            dataset=SimpleNamespace(y_test=labels),
+        ),
+    )
+    with pytest.raises(FedshareError, match="client 1's classes"):
+        Evaluation().on_begin(sim)

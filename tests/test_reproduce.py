@@ -38,7 +38,7 @@ from fedshare.results.rundir import read_metrics
 from fedshare.run import config_dir
 
 TINY = str(Path(__file__).parent / "data" / "reproduce" / "tiny.yaml")
-PAPERS = ("xormixfl", "rebafl", "flea", "fedpft", "fedaa", "fedproto", "fedtgp")
+PAPERS = ("xormixfl", "rebafl", "flea", "fedpft", "fedaa", "fedproto", "fedtgp", "lg_fedavg")
 FEDPFT_OTHER = {  # FedPFT's named scales that are no claim check: the docs' other tables
     "fedpft/table2": ("topology",),
     "fedpft/table5": ("head_budget", "server_distill", "frontier"),

@@ -146,6 +146,36 @@ def test_every_space_file_loads_on_top_of_the_learning_rate_rule():
         parse_range("train.lr", {"low": 1, "high": 0.1}, "x.yaml")
 
 
+SPACE_FILES = sorted(
+    f.stem
+    for f in (Path(__file__).parents[1] / "configs" / "tune").glob("*.yaml")
+    if f.stem != "default"
+)
+
+
+@pytest.mark.parametrize("strategy", SPACE_FILES)
+def test_each_search_space_names_real_parameters_with_the_defaults_inside(strategy):
+    """Every key a strategy's space declares is a parameter of that strategy (or of the training
+    recipe) that takes a value from the range, and the default lies inside it (trial 0)."""
+    import math
+
+    from fedshare.run import config_dir
+    from fedshare.strategies import make_strategy
+    from fedshare.tune.study import defaults_of
+
+    space = load_space(config_dir() / "tune", strategy)
+    defaults = defaults_of([f"strategy={strategy}", "data=digits"], space)
+    for r in space:
+        assert defaults[r.key] is not None, f"{strategy}: {r.key} is no key of the run"
+        assert r.sampled_default(defaults[r.key]) is not None, (
+            f"{strategy}: default {r.key}={defaults[r.key]} outside {r.as_dict()}"
+        )
+        group, _, name = r.key.partition(".")
+        if group == "strategy":
+            inside = math.sqrt(r.low * r.high) if r.log else (r.low + r.high) / 2
+            assert getattr(make_strategy(strategy, {name: inside}), name) == inside
+
+
 def test_a_relative_tuned_path_is_also_looked_for_in_the_configs():
     from fedshare.run import config_dir
     from fedshare.tune.tuned import read_tuned, tuned_file
@@ -174,3 +204,35 @@ def test_a_sweep_member_gets_the_tuned_values_it_does_not_type(tmp_path):
     cfg.strategy.name = "fedavg"
     with pytest.raises(FedshareError, match="strategy=fedavg but tuned="):
         apply_tuned(cfg, [])
+
+
+def test_the_tuned_comparison_tunes_every_method_with_one_budget_on_its_own_setting():
+    """tuning/comparison: each `<m>_tuned` row's stored file was tuned with the same trials ×
+    rounds on the column's setting over the space configs/tune/ declares today, and each row
+    has its defaults (`<m>`, same validation split) beside it."""
+    from fedshare.reproduce.jobs import cells
+    from fedshare.run import config_dir
+    from fedshare.tune.tuned import read_tuned, tuned_paths
+
+    found = cells("tuning/comparison", "digits", seeds=[1])
+    tuned = {c.method: c for c in found if tuned_paths(c.overrides)}
+    assert len(tuned) >= 4
+    assert {m.removesuffix("_tuned") for m in tuned} <= {c.method for c in found}
+    budgets = set()
+    for method, cell in tuned.items():
+        strategy = method.removesuffix("_tuned")
+        (path,) = tuned_paths(cell.overrides)
+        content = read_tuned(path, config_dir())
+        how = content["tuned"]
+        budgets.add((how["trials"], how["rounds"], how["budget_rounds"], how["seed"]))
+        setting = [
+            o for o in cell.overrides if o.split("=")[0] not in ("strategy", "tuned", "seed")
+        ]
+        assert how["command"] == [f"strategy={strategy}", *setting], method
+        space = {r.key: r.as_dict() for r in load_space(config_dir() / "tune", strategy)}
+        assert how["space"] == space, method
+        assert f"strategy={strategy}" in content["overrides"]
+        assert "data.val_fraction=0.1" in content["overrides"]
+    assert len(budgets) == 1, budgets
+    trials, rounds, _, seed = budgets.pop()
+    assert trials >= 8 and f"rounds={rounds}" in cell.overrides and seed not in (1, 2, 3)

@@ -1,11 +1,22 @@
 """User-facing errors: one clear sentence, no stack trace at the command line."""
 
 import difflib
+import sys
 from collections.abc import Iterable
+from typing import NoReturn
+
+USER_ERROR = 2
+"""The exit code of every command for a user error (a bad value, a missing file)."""
 
 
 class FedshareError(Exception):
     """A mistake in the user's input (config, data, arguments), explained in one sentence."""
+
+
+def exit_user_error(message: str, program: str = "fedshare") -> NoReturn:
+    """A user error at the command line: `<program>: error: <message>` on stderr, exit code 2."""
+    print(f"{program}: error: {message}", file=sys.stderr)
+    sys.exit(USER_ERROR)
 
 
 class NonFiniteLossError(FedshareError):

@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from fedshare.config.overrides import check_overrides
-from fedshare.errors import FedshareError
+from fedshare.errors import FedshareError, exit_user_error
 from fedshare.run import config_dir
 
 DEFAULT_DIR = (
@@ -61,8 +61,7 @@ def _main(cfg: DictConfig) -> None:
     try:
         print(inspect_partition(cfg, output_dir))
     except FedshareError as err:
-        print(f"fedshare: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        exit_user_error(str(err))
 
 
 def main() -> None:
@@ -70,8 +69,7 @@ def main() -> None:
     try:
         check_overrides(args, config_dir())
     except FedshareError as err:
-        print(f"fedshare: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        exit_user_error(str(err))
     if not any(a.lstrip("+").startswith(("run_dir=", "hydra.run.dir=")) for a in args):
         sys.argv.append(f"run_dir={DEFAULT_DIR}")
     _main()

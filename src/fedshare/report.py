@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from fedshare.errors import FedshareError
+from fedshare.errors import FedshareError, exit_user_error
 from fedshare.results.plots import plot_comparison
 from fedshare.results.tables import (
     accuracy_curves,
@@ -26,7 +26,6 @@ from fedshare.results.tables import (
     write_markdown,
 )
 
-USER_ERROR = 2
 OUTPUTS = ("report.csv", "report.md", "curves.png")
 
 
@@ -37,8 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def fail(message: str) -> NoReturn:
-    print(f"fedshare.report: error: {message}", file=sys.stderr)
-    sys.exit(USER_ERROR)
+    exit_user_error(message, "fedshare.report")
 
 
 def parser() -> argparse.ArgumentParser:

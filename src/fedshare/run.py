@@ -12,7 +12,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra._internal.hydra import Hydra
@@ -35,7 +35,7 @@ from fedshare.config.compose import (
 )
 from fedshare.config.overrides import check_overrides
 from fedshare.config.resume import resumed_config
-from fedshare.errors import FedshareError, RankFailure, error_sentence
+from fedshare.errors import FedshareError, RankFailure, error_sentence, exit_user_error
 from fedshare.results.labels import partition_label, with_validation
 from fedshare.results.rundir import LOCK_FILE, MARKER
 from fedshare.sweep import SOME_MEMBERS_FAILED, SweepOutcome, record_failure
@@ -49,8 +49,6 @@ if TYPE_CHECKING:
     from fedshare.engine.simulation import Simulation
     from fedshare.strategies.base import Strategy
 
-USER_ERROR = 2
-"""The exit code of every user error (a bad value, missing data, a refused run folder)."""
 INTERRUPTED = 130
 
 
@@ -241,10 +239,7 @@ def discard_if_unused(folder: Path) -> None:
                 parent.rmdir()
 
 
-def fail(message: str) -> NoReturn:
-    """A user error: one sentence on stderr, exit code 2."""
-    print(f"fedshare: error: {message}", file=sys.stderr)
-    sys.exit(USER_ERROR)
+fail = exit_user_error
 
 
 def member_meta(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:

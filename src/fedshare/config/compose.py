@@ -12,14 +12,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fedshare.config.schema import RunConfig
 from fedshare.config.validation import GROUP_KEYS, check_run
-from fedshare.errors import FedshareError, unknown_key_message
+from fedshare.errors import FedshareError, exit_user_error, unknown_key_message
 from fedshare.registry import Registry
 from fedshare.results.rundir import check_run_folder
 
@@ -256,6 +258,19 @@ def check_named_folder(argv: Sequence[str]) -> None:
     named = [arg.split("=", 1)[1] for arg in override_args(argv) if arg.startswith(keys)]
     if named:
         check_run_folder(named[-1], overwrite=False)
+
+
+class RunFolderCheck(Callback):
+    """A Hydra callback (configs/config.yaml): the folder of one run, wherever it was set (a
+    preset's `run_dir`, not only the command line's), can be made, checked before Hydra makes
+    it, so that a bad one is one sentence and exit code 2, not Hydra's traceback."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        HydraConfig.instance().set_config(config)  # as `run_job` does next: `${hydra:...}`
+        try:
+            check_run_folder(str(config.hydra.run.dir), overwrite=False)
+        except FedshareError as err:  # Hydra turns a callback's Exception into a warning
+            exit_user_error(str(err))
 
 
 def check_command_line(argv: Sequence[str], config_root: Path) -> int:

@@ -51,8 +51,12 @@ class ClientsConfig:
     availability_period: int = ruled(1, COUNT)
     """Hold each availability draw for this many rounds (ReBaFL's straggling periods)."""
     models: list[Any] = ruled(rule=ANY, default_factory=list)
-    """Clients' own architectures: client k gets `models[k mod len]` (a model name or a
-    mapping with a name and options); empty = every client has the run's `model`."""
+    """Clients' own architectures (a model name or a mapping with a name and options), given
+    to the clients by `model_of`; empty = every client has the run's `model`."""
+    model_of: Any = ruled("cyclic", ANY)
+    """Which of `models` each client has: `cyclic` (client k: `models[k mod len]`), `blocks`
+    (contiguous runs), `random` (the cyclic counts, shuffled with the seed) or one entry per
+    client (a position in `models` or its label)."""
 
 
 @dataclass

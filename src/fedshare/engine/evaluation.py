@@ -100,8 +100,16 @@ class Evaluation(Callback):
 
     def on_begin(self, sim: "Simulation") -> None:
         """With `eval.davies_bouldin`, each client of a round's first phase is measured after
-        its step too (by the executor, where the client ran)."""
+        its step too (by the executor, where the client ran). The clients' personal test
+        splits are drawn here, before round 0, so that a client with none is refused first."""
         sim.measure_local = sim.config.eval.davies_bouldin and has_features(sim.worker)
+        if sim.config.eval.personal or sim.architectures.models is not None:
+            self._personal_splits = personal_test_splits(
+                np.asarray(sim.data.partition.class_counts),
+                sim.data.dataset.y_test,
+                sim.config.eval.personal_size,
+                sim.config.seed,
+            )
 
     def measure(self, sim: "Simulation") -> Measure | None:
         rounds, cfg = sim.rounds_completed, sim.config
@@ -133,13 +141,6 @@ class Evaluation(Callback):
         return result
 
     def _personal_metrics(self, sim: "Simulation") -> dict[str, float]:
-        if self._personal_splits is None:
-            self._personal_splits = personal_test_splits(
-                np.asarray(sim.data.partition.class_counts),
-                sim.data.dataset.y_test,
-                sim.config.eval.personal_size,
-                sim.config.seed,
-            )
         states, arches = sim.client_states, sim.architectures.models
         names = None if arches is None else [arches.name_of(k) for k in range(sim.data.num_clients)]
         return personal_metrics(

@@ -15,13 +15,15 @@ from torch import nn
 
 from fedshare.data.dataset import Dataset
 from fedshare.engine.rng import numpy_rng
+from fedshare.errors import FedshareError
 
 
 def personal_test_splits(
     class_counts: np.ndarray, y_test: torch.Tensor, size: int, seed: int
 ) -> list[torch.Tensor]:
     """Per client, `size` test indices whose class proportions follow its training counts
-    (largest-remainder rounding; a class with too few test samples gives what it has)."""
+    (largest-remainder rounding; a class with too few test samples gives what it has). A
+    client none of whose classes has a test sample is refused in one sentence."""
     labels = y_test.cpu().numpy()
     pools = [np.flatnonzero(labels == c) for c in range(class_counts.shape[1])]
     splits = []
@@ -35,6 +37,13 @@ def personal_test_splits(
             for pool, n in zip(pools, take, strict=True)
             if n > 0 and len(pool)
         ]
+        if not chosen:
+            classes = ", ".join(str(c) for c in np.flatnonzero(counts))
+            raise FedshareError(
+                f"eval.personal: client {client}'s classes ({classes}) have no sample among the "
+                f"{len(labels)} test samples, so its personal accuracy would be over no sample; "
+                f"give a larger test set (data.test_subset) or set eval.personal=false"
+            )
         splits.append(torch.from_numpy(np.sort(np.concatenate(chosen))))
     return splits
 

@@ -98,7 +98,9 @@ class Simulation:
         self.worker = copy.deepcopy(self.model)  # the one reused client model
         if config.train.compile:
             self.worker.compile()  # in place: same module, parameters and state_dict keys
-        self.architectures = client_architectures(strategy, config, self.model, self.data.dataset)
+        self.architectures = client_architectures(
+            strategy, config, self.model, self.data.dataset, self.data.num_clients
+        )
         self.strategy = strategy
         self.meta = dict(meta or {})
         self.callbacks = list(callbacks or [])

@@ -1,6 +1,7 @@
 """Pieces of FedGen (Zhu et al., ICML 2021, "Data-Free Knowledge Distillation for Heterogeneous
-Federated Learning", §3.2): its generator's diversity loss and the label-count-weighted ensemble
-of the clients' classifier heads that the generator is trained against.
+Federated Learning"): its generator's diversity loss (§6.1, after Mao et al. 2019) and the
+label-count-weighted ensemble of the clients' classifier heads that the generator is trained
+against (§3.1, Eq. 4).
 """
 
 import torch

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
-from fedshare.errors import FedshareError
+from fedshare.errors import FedshareError, exit_user_error
 from fedshare.reproduce import docs as docs_markers
 from fedshare.reproduce.jobs import (
     Job,
@@ -41,7 +41,6 @@ from fedshare.reproduce.render import (
     write_csv,
 )
 
-USER_ERROR = 2
 INTERRUPTED = 130
 MARK = "reproduce.json"
 """The file in a table's output folder naming its table and scale."""
@@ -53,8 +52,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def fail(message: str) -> NoReturn:
-    print(f"fedshare.reproduce: error: {message}", file=sys.stderr)
-    sys.exit(USER_ERROR)
+    exit_user_error(message, "fedshare.reproduce")
 
 
 def data_root() -> Path | None:

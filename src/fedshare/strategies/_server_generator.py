@@ -24,8 +24,8 @@ class ServerGenerator(FedAvg, Generic[G]):
     generator_lr: float = ruled(
         3e-4,
         POSITIVE,
-        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: MNIST ensemble_lr "
-        "3e-4)",
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py L51: MNIST "
+        "ensemble_lr 3e-4)",
     )
 
     def _generator(

@@ -1,5 +1,6 @@
 """DSFL (dynamic sparsification; Beitollahi et al., 2022) as FedPFT compares against it (its
-Section 5.2 and Table 5): top-K with K half the head's parameters.
+Section 5.2 and Figure 4, a multi-round method; App. D.1): top-K with K half the head's
+parameters.
 
 FedAvg whose clients upload only the K = ⌈`keep`·|θ|⌉ largest-magnitude entries of their update
 Δ_k = θ_k − θ, as one byte string (`functional/sparse.py`): a bit mask of the kept positions
@@ -33,8 +34,8 @@ class DSFL(FedAvg):
     keep: float = ruled(
         0.5,
         PROBABILITY,
-        source="rule: FedPFT App. D.1 runs DSFL as its sparse multi-round baseline without a value "
-        "here; half the entries, the midpoint (fedshare's choice)",
+        source="paper: FedPFT App. D.1, DSFL's top-K set to half the number of the head's "
+        "parameters",
     )
     error_feedback: bool = ruled(False, ANY, source="rule: off, the plain top-K sparsification")
 

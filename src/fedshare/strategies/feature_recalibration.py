@@ -44,22 +44,24 @@ class FeatureRecalibration(HeadCalibration):
     share_fraction: float = ruled(
         0.1,
         PROBABILITY,
-        source="paper: FLea App. C.3, 'the same amount of features as FLea' (its α = 0.1)",
+        source="paper: FLea App. C.3, 'the same amount of features as our method' (FLea's α = 0.1)",
     )
     calibration_epochs: int = ruled(
         20,
         EPOCHS,
-        source="code: FLea's code (XTxiatong/FLea, run_FedCCVR.sh: 20 epochs)",
+        source="code: FLea's code (XTxiatong/FLea at b85be07, run_FedCCVR.sh: --local_epochs 20)",
     )
     calibration_lr: float = ruled(
         1e-4,
         POSITIVE,
-        source="code: FLea's code (XTxiatong/FLea, run_FedCCVR.sh: Adam lr 1e-4)",
+        source="code: FLea's code (XTxiatong/FLea at b85be07, run_FedCCVR.sh: "
+        "--personal_learning_rate 0.0001, Adam in myuser.py post_train)",
     )
     calibration_batch_size: int = ruled(
         32,
         SIZE,
-        source="code: FLea's code (XTxiatong/FLea, run_FedCCVR.sh: batch 32)",
+        source="paper: FLea §4.1.2, local batch 32 'for all methods' (its run_FedCCVR.sh passes "
+        "--batch_size 64)",
     )
 
     def setup(self, ctx: SetupContext) -> None:

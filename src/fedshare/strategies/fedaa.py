@@ -121,7 +121,7 @@ class FedAA(FedAvg):
     second_epochs: int = ruled(
         1,
         replace(EPOCHS, low=1),
-        source="rule: Algorithm 3 gives E2 no value; one epoch (fedshare's choice)",
+        source="paper: FedAA §4.1, 'the number of the second local epochs to be 1'",
     )
     adv_per_label: int = ruled(
         32,
@@ -146,7 +146,9 @@ class FedAA(FedAvg):
         replace(STEPS, low=1),
         source="rule: the paper cites L-BFGS without an iteration cap; 100 (fedshare's choice)",
     )
-    finetune: bool = ruled(True, ANY, source="paper: FedAA §3.3, Eq. 5 (false is Table 3's Non-F)")
+    finetune: bool = ruled(
+        True, ANY, source="paper: FedAA §3.3, Eq. 5 (false is §4.2 Table 3's Non-F)"
+    )
     finetune_epochs: int = ruled(
         10,
         EPOCHS,
@@ -157,11 +159,13 @@ class FedAA(FedAvg):
         replace(POSITIVE, optional=True),
         source="rule: Eq. 5 gives no rate; local training's optimizer and lr",
     )
-    finetune_batch_size: int = ruled(256, SIZE, source="paper: FedAA §4.1, batch 256")
+    finetune_batch_size: int = ruled(
+        256, SIZE, source="paper: FedAA §4.1, batch 256 (stated for updating F and T)"
+    )
     identifier: bool = ruled(
         True,
         ANY,
-        source="paper: FedAA §3.4, Eq. 6-7 (false is Table 3's Non-I)",
+        source="paper: FedAA §3.4-3.5, Eqs. 6-7 (false is §4.2 Table 3's Non-I)",
     )
     identifier_hidden: int = ruled(
         512,
@@ -173,7 +177,11 @@ class FedAA(FedAvg):
         EPOCHS,
         source="rule: Eq. 6 gives no epoch count; E1 = 10, the local pass's (FedAA §4.1)",
     )
-    identifier_batch_size: int = ruled(256, SIZE, source="paper: FedAA §4.1, batch 256")
+    identifier_batch_size: int = ruled(
+        256,
+        SIZE,
+        source="paper: FedAA §4.1, batch 256 (stated for F and T; Algorithm 2 reuses B)",
+    )
     identifier_lr: float = ruled(
         4e-4,
         POSITIVE,
@@ -187,8 +195,9 @@ class FedAA(FedAvg):
     adv_loss_weight: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="paper: FedAA Eq. 7, L_new = L_k + L_adv at unit weights (both terms as per-sample "
-        "means)",
+        source="paper: FedAA Eq. 7, L_new = L_k + L_adv at unit weights; read with both terms as "
+        "per-sample means (Eq. 1's L_k is a sum, L_adv a mean; Algorithm 3 gives L_adv its own "
+        "rate η3, no value)",
     )
 
     # ------------------------------------------------------------------ both sides

@@ -29,7 +29,8 @@ class FedAvgFT(FedAvg):
     head_epochs: int = ruled(
         5,
         EPOCHS,
-        source="code: ReBaFL's code (FedAvg-FT re-trains the head 5 epochs a round; ReBaFL Fig. 1)",
+        source="code: ReBaFL's code (JianXu95/ReBaFL at 62834da, running.py L497: the head "
+        "re-trained epoch_classifier = 5 epochs a round; ReBaFL §3.3, Fig. 1)",
     )
     """Epochs of head re-training per round (0: plain FedAvg)."""
 

@@ -94,11 +94,15 @@ class FedBE(ServerDistillation):
     swa_start: float = ruled(
         0.3,
         Rule(low=0, high=1, high_open=True),
-        source="rule: FedBE's code starts SWA at a fixed step of its own schedule; 0.3 of the "
-        "distillation steps (fedshare's choice)",
+        source="rule: FedBE's code starts SWA at a fixed step (models/Update.py L283: swa_start "
+        "500); 0.3 of the distillation steps (fedshare's choice)",
     )
     """Fraction of the distillation steps before the first averaged iterate."""
-    swa_every: int = ruled(25, COUNT, source="code: FedBE's code (hongyouc/FedBE, swa_freq 25)")
+    swa_every: int = ruled(
+        25,
+        COUNT,
+        source="code: FedBE's code (hongyouc/FedBE at 7eeb965, models/Update.py L283: swa_freq 25)",
+    )
 
     def sample_counts(self) -> tuple[int, int]:
         """(Gaussian, Dirichlet) sample counts for `posterior`."""

@@ -74,26 +74,35 @@ class FedBR(MeanSharing):
     sharers: int = ruled(
         10,
         SIZE,
-        source="code: FLea's code (XTxiatong/FLea, 10 clients upload FedBR's means)",
+        source="code: FLea's code (XTxiatong/FLea at b85be07, myserver.py L208: 10 clients upload "
+        "FedBR's means)",
     )
     pool_items: int = ruled(
         32,
         SIZE,
         source="paper: FLea App. C.3, FedBR with 32 mini-batch data averages",
     )
-    mu: float = ruled(0.5, NON_NEGATIVE, source="code: FLea's code (XTxiatong/FLea, FedBR μ = 0.5)")
+    mu: float = ruled(
+        0.5,
+        NON_NEGATIVE,
+        source="code: FLea's code (XTxiatong/FLea, myuser.py train_Max_Min: μ = 0.5)",
+    )
     lam: float = ruled(
         0.8,
         NON_NEGATIVE,
-        source="code: FLea's code (XTxiatong/FLea, FedBR λ = 0.8)",
+        source="code: FLea's code (XTxiatong/FLea, myuser.py train_Max_Min: λ = 0.8)",
     )
     gamma: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="code: FLea's code (XTxiatong/FLea, FedBR γ = 1)",
+        source="code: FLea's code (XTxiatong/FLea, myuser.py train_Max_Min: γ = 1)",
     )
-    tau1: float = ruled(2.0, POSITIVE, source="code: FLea's code (XTxiatong/FLea, FedBR τ1 = 2)")
-    tau2: float = ruled(2.0, POSITIVE, source="code: FLea's code (XTxiatong/FLea, FedBR τ2 = 2)")
+    tau1: float = ruled(
+        2.0, POSITIVE, source="code: FLea's code (XTxiatong/FLea, myuser.py train_Max_Min: τ1 = 2)"
+    )
+    tau2: float = ruled(
+        2.0, POSITIVE, source="code: FLea's code (XTxiatong/FLea, myuser.py train_Max_Min: τ2 = 2)"
+    )
     mix_local: bool = ruled(
         True,
         ANY,

@@ -30,8 +30,8 @@ class FedDecorr(FedAvg):
     beta: float = ruled(
         0.1,
         NON_NEGATIVE,
-        source="code: FLea's code (XTxiatong/FLea adds 0.1 x the penalty); FedDecorr (Shi et al., "
-        "ICLR 2023) suggests 0.1",
+        source="code: FLea's code (XTxiatong/FLea at b85be07, myuser.py L168 adds 0.1 x the "
+        "penalty); FedDecorr (Shi et al., ICLR 2023) suggests 0.1",
     )
 
     def client_setup(self, ctx: ClientSetup) -> None:

@@ -42,7 +42,11 @@ from fedshare.strategies.fedproto import prototype_message
 class FedDistill(PersonalStrategy):
     """Personal models; per-label average logits up, global per-label logits down."""
 
-    lam: float = ruled(1.0, NON_NEGATIVE, source="code: HtFLlib (TsingZ0/HtFLlib) FD default λ = 1")
+    lam: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/total.sh L4, FD -lam 1",
+    )
     """The distillation term's weight (0: local training)."""
     temperature: float = ruled(
         1.0,

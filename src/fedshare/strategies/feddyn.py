@@ -51,7 +51,8 @@ class FedDyn(ParamVectorStrategy):
     alpha: float = ruled(
         1e-2,
         POSITIVE,
-        source="code: FedDyn's code (alpemreacar/FedDyn, example_cifar_10.py: alpha_coef = 1e-2)",
+        source="code: FedDyn's code (alpemreacar/FedDyn at 48a19fa, example_cifar_10.py L65: "
+        "alpha_coef = 1e-2)",
     )
     mean: str = ruled(
         "samples",

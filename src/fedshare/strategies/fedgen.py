@@ -1,5 +1,6 @@
 """FedGen (Zhu et al., ICML 2021, "Data-Free Knowledge Distillation for Heterogeneous Federated
-Learning", §3.2, Algorithm 1): a server-trained, label-conditioned generator of latent features.
+Learning", §3: §3.1 Eq. 4, §3.2 Eq. 5, Algorithm 1): a server-trained, label-conditioned
+generator of latent features.
 
 The model is w = h∘f: f the extractor (`features`), h the classifier head (`head`); the latent
 space Z is the head's input. Every round the clients train as in FedAvg and upload their weights
@@ -125,36 +126,37 @@ class FedGen(ServerGenerator[LatentGenerator]):
     noise_dim: int = ruled(
         32,
         WIDTH,
-        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: the MNIST "
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py L20: the MNIST "
         "generator's noise_dim 32)",
     )
     hidden: int = ruled(
         256,
         WIDTH,
-        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: the MNIST "
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py L20: the MNIST "
         "generator's hidden width 256)",
     )
     generator_steps: int = ruled(
         50,
         STEPS,
-        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py: ensemble_epochs = 50 "
-        "generator steps a round)",
+        source="code: FedGen's code (zhuangdizhu/FedGen, model_config.py L53 ensemble_epochs = 50, "
+        "serverpFedGen.py L97-100: 50 // 5 epochs × 5 = 50 generator steps a round)",
     )
     generator_batch: int = ruled(
         32,
         SIZE,
-        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py draws the run's batch "
-        "size of labels, main.py's 32)",
+        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py L97-98 draws the run's "
+        "batch size of labels, main.py's 32)",
     )
     diversity_weight: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: ensemble_eta = 1)",
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py L57: ensemble_eta = "
+        "1)",
     )
     gen_weight: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="paper: FedGen Eq. 5, the generated term at unit weight",
+        source="paper: FedGen §3.2 Eq. 5, the generated term at unit weight",
     )
 
     takes_client_models: ClassVar[bool] = True

@@ -101,7 +101,7 @@ class FedGenInput(ServerGenerator[Generator]):
     noise_dim: int = ruled(
         32,
         WIDTH,
-        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: noise_dim 32)",
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py L20: noise_dim 32)",
     )
     width: int = ruled(
         32,
@@ -112,25 +112,25 @@ class FedGenInput(ServerGenerator[Generator]):
     generator_steps: int = ruled(
         50,
         STEPS,
-        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py: 50 generator steps a "
-        "round); FLea App. C.3 names no value",
+        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py L97-100: 50 generator "
+        "steps a round); FLea App. C.3 names no value",
     )
     generator_batch: int = ruled(
         32,
         SIZE,
-        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py: the run's batch size, "
-        "main.py's 32)",
+        source="code: FedGen's code (zhuangdizhu/FedGen, serverpFedGen.py L97-98: the run's batch "
+        "size, main.py's 32)",
     )
     diversity_weight: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py: ensemble_eta = 1); "
-        "FLea App. C.3 names no value",
+        source="code: FedGen's code (zhuangdizhu/FedGen, utils/model_config.py L57: ensemble_eta = "
+        "1); FLea App. C.3 names no value",
     )
     gen_weight: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="paper: FedGen Eq. 5, the generated term at unit weight",
+        source="paper: FedGen §3.2 Eq. 5, the generated term at unit weight",
     )
 
     def _generator(

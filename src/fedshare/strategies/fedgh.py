@@ -50,17 +50,18 @@ class FedGH(PersonalStrategy):
     server_epochs: int = ruled(
         1,
         SERVER_EPOCHS,
-        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -se 1",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/total.sh L8, FedGH -se 1",
     )
     server_lr: float = ruled(
         0.01,
         LEARNING_RATE,
-        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -slr 0.01",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/total.sh L8, FedGH -slr 0.01",
     )
     server_batch_size: int = ruled(
         10,
         SIZE,
-        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -lbs 10",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) total.sh L8 -lbs 10; servergh.py L95 "
+        "batches the server's prototypes at args.batch_size",
     )
 
     def setup(self, ctx: SetupContext) -> None:

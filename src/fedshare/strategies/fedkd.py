@@ -98,12 +98,14 @@ class FedKD(SharedModelStrategy):
     energy_start: float = ruled(
         0.95,
         PROBABILITY,
-        source="paper: FedKD (Wu et al., Nat. Commun. 2022), T_start = 0.95",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/total.sh L6 and main.py L398, "
+        "-Ts 0.95 (FedKD, Wu et al., Nat. Commun. 2022)",
     )
     energy_end: float = ruled(
         0.98,
         PROBABILITY,
-        source="paper: FedKD (Wu et al., Nat. Commun. 2022), T_end = 0.98",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/total.sh L6 and main.py L399, "
+        "-Te 0.98 (FedKD, Wu et al., Nat. Commun. 2022)",
     )
 
     def energy(self, round_idx: int) -> float:

@@ -21,11 +21,17 @@ from fedshare.strategies.base import register_strategy
 class FedLC(CalibratedFedAvg):
     """Local loss CE(z − τ·n^{−1/4}, y); server: sample-weighted FedAvg."""
 
-    tau: float = ruled(1.0, NON_NEGATIVE, source="code: ReBaFL's code and FLea's scripts (τ = 1)")
+    tau: float = ruled(
+        1.0,
+        NON_NEGATIVE,
+        source="code: ReBaFL's code and FLea's scripts (run/Image/run_FedLC.sh: --beta 1, the τ of "
+        "myuser.py's CE_LC)",
+    )
     missing_count: float = ruled(
         1e-9,
         Rule(low=0, low_open=True, high=1e6),
-        source="code: ReBaFL's code (absent classes count 1e-9)",
+        source="code: ReBaFL's code (JianXu95/ReBaFL at 62834da, methods/fedlc.py L48: absent "
+        "classes count 1e-9)",
     )
 
     def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

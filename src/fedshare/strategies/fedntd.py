@@ -29,14 +29,14 @@ class FedNTD(FedAvg):
     beta: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="paper: FedNTD (Lee et al., NeurIPS 2022), β = 1; FLea App. C.3 keeps the original "
-        "defaults",
+        source="paper: FedNTD (Lee et al., NeurIPS 2022), β = 1 (its code, Lee-Gihun/FedNTD at "
+        "be00ee5, config/fedntd.json L15); FLea App. C.3 keeps the original defaults",
     )
     tau: float = ruled(
         1.0,
         POSITIVE,
-        source="paper: FedNTD (Lee et al., NeurIPS 2022), τ = 1; FLea App. C.3 keeps the original "
-        "defaults",
+        source="paper: FedNTD (Lee et al., NeurIPS 2022), τ = 1 (its code, config/fedntd.json L15; "
+        "criterion.py's own default is 3); FLea App. C.3 keeps the original defaults",
     )
 
     def client_setup(self, ctx: ClientSetup) -> None:

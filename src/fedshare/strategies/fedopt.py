@@ -95,22 +95,22 @@ class _FedOpt(_ServerOptimizer):
     eta: float = ruled(
         0.01,
         POSITIVE,
-        source="paper: FedPFT App. 'FedYogi' (Beitollahi et al. 2024), server lr 0.01",
+        source="paper: FedPFT App. D.1 'FedYogi' (Beitollahi et al. 2024), server lr 0.01",
     )
     beta1: float = ruled(
         0.9,
         DECAY,
-        source="paper: FedPFT App. 'FedYogi' (Beitollahi et al. 2024), β1 = 0.9",
+        source="paper: FedPFT App. D.1 'FedYogi' (Beitollahi et al. 2024), β1 = 0.9",
     )
     tau: float = ruled(
         1e-3,
         NON_NEGATIVE,
-        source="paper: FedPFT App. 'FedYogi' (Beitollahi et al. 2024), τ = 0.001",
+        source="paper: FedPFT App. D.1 'FedYogi' (Beitollahi et al. 2024), τ = 0.001",
     )
     v0: float = ruled(
         1e-6,
         NON_NEGATIVE,
-        source="paper: FedPFT App. 'FedYogi' (Beitollahi et al. 2024), v initialised to 1e-6",
+        source="paper: FedPFT App. D.1 'FedYogi' (Beitollahi et al. 2024), v initialised to 1e-6",
     )
 
     def init_state(self, size: int, device: torch.device) -> None:
@@ -133,7 +133,7 @@ class _FedOptDecay(_FedOpt):
     beta2: float = ruled(
         0.99,
         DECAY,
-        source="paper: FedPFT App. 'FedYogi' (Beitollahi et al. 2024), β2 = 0.99",
+        source="paper: FedPFT App. D.1 'FedYogi' (Beitollahi et al. 2024), β2 = 0.99",
     )
 
 

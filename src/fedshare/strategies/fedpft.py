@@ -110,11 +110,15 @@ class FedPFT(Strategy):
     one_shot: ClassVar[bool] = True
     train_defaults: ClassVar[Mapping[str, Any]] = HEAD_TRAINING
 
-    n_components: int = ruled(10, COMPONENTS, source="paper: FedPFT §5, Table 2's K = 10")
+    n_components: int = ruled(
+        10,
+        COMPONENTS,
+        source="paper: FedPFT §5.3, Table 2's 𝒢_diag(K=10) (App. A's listing: 10 too)",
+    )
     covariance: str = ruled(
         "diag",
         Rule(choices=COVARIANCE_TYPES),
-        source="paper: FedPFT §5 (Table 2's 𝒢_diag), diagonal covariances",
+        source="paper: FedPFT §5.3 (Table 2's 𝒢_diag) and App. A's listing, diagonal covariances",
     )
     """full | diag | spherical (the families of Eq. 2)."""
     client_components: list[int] | None = ruled(
@@ -127,35 +131,39 @@ class FedPFT(Strategy):
     small_class_policy: str = ruled(
         "drop",
         Rule(choices=SMALL_CLASS_POLICIES),
-        source="code: FedPFT's code drops classes with n_{i,c} <= K",
+        source="code: FedPFT's code (its first author's Flower baseline, adap/flower "
+        "baselines/fedpft/fedpft/utils.py learn_gmm, L76-78: fits a class only if n_{i,c} > K)",
     )
     reg_covar: float = ruled(
         1e-6,
         NON_NEGATIVE,
-        source="code: scikit-learn GaussianMixture's reg_covar 1e-6, which FedPFT's code fits with",
+        source="paper: FedPFT App. A's listing fits scikit-learn's GaussianMixture at its default "
+        "reg_covar 1e-6 (the Flower baseline's learn_gmm too)",
     )
     tol: float = ruled(
         1e-3,
         NON_NEGATIVE,
-        source="rule: see max_iter (FedPFT's code: 1e-12); 1e-3, scikit-learn GaussianMixture's "
-        "default",
+        source="paper: FedPFT App. A's listing, scikit-learn GaussianMixture's default tol 1e-3 "
+        "(the Flower baseline's learn_gmm: 1e-12)",
     )
     max_iter: int = ruled(
         100,
         replace(STEPS, low=1),
-        source="rule: FedPFT's code runs EM 1,000-10,000 iterations to a 1e-12 tolerance; 100 with "
-        "tol 1e-3 bounds CPU time (fedshare's choice)",
+        source="paper: FedPFT App. A's listing, scikit-learn GaussianMixture's default max_iter "
+        "100 (the Flower baseline, adap/flower baselines/fedpft/fedpft/utils.py L44-45 and its "
+        "config: 1,000-10,000 iterations to tol 1e-12)",
     )
     synthetic_multiplier: float = ruled(
         1.0,
         Rule(low=0, low_open=True, high=1_000),
-        source="paper: FedPFT §4.1, the server draws as many samples as the client's class holds",
+        source="paper: FedPFT §4.1 (Eq. 4, Algorithm 1 line 14), the server draws |F^{i,c}| "
+        "samples",
     )
     """Synthetic samples per mixture = round(n_{i,c} · multiplier), at least 1."""
     wire_dtype: str = ruled(
         "float16",
         Rule(choices=tuple(WIRE_DTYPES)),
-        source="paper: FedPFT §5 counts the mixtures' parameters at float16",
+        source="paper: FedPFT §5.1, 'a 16-bit encoding' for the GMM parameters",
     )
     """float16 (the paper) | float32 | float64: precision of the uploaded parameters."""
     l2_normalize: bool = ruled(
@@ -169,11 +177,11 @@ class FedPFT(Strategy):
         ANY,
         source="paper: FedPFT §4.1, plain FedPFT has no DP (strategy=dp_fedpft is §4.3)",
     )
-    dp_epsilon: float = ruled(1.0, POSITIVE, source="paper: FedPFT §5.3, ε = 1")
+    dp_epsilon: float = ruled(1.0, POSITIVE, source="paper: FedPFT §5.1, ε = 1")
     dp_delta: float | None = ruled(
         None,
         Rule(low=0, high=1, low_open=True, high_open=True, optional=True),
-        source="paper: FedPFT §5.3, δ = 1/n_{i,c}",
+        source="paper: FedPFT §5.1, δ = 1/|D^{i,c}|",
     )
     """None: 1/n_{i,c} (the paper's setting)."""
     dp_log_term: str = ruled(
@@ -394,11 +402,11 @@ class DPFedPFT(FedPFT):
     n_components: int = ruled(
         1,
         COMPONENTS,
-        source="paper: FedPFT §4.3, DP-FedPFT is defined for K = 1",
+        source="paper: FedPFT §4.3 (Theorem 4.1 for K = 1) and §5.1, K = 1 for all DP-FedPFT runs",
     )
     covariance: str = ruled(
         "spherical",
         Rule(choices=COVARIANCE_TYPES),
-        source="paper: FedPFT §4.3, DP-FedPFT releases one spherical Gaussian",
+        source="paper: FedPFT App. D.2, Table 5's 𝒢̂_spher(k=1) (Theorem 4.1 is stated for 𝒢_full)",
     )
     dp: bool = ruled(True, ANY, source="paper: FedPFT §4.3 (DP-FedPFT)")

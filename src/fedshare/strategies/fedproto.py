@@ -73,7 +73,8 @@ class FedProto(PersonalStrategy):
     lam: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="code: HtFLlib (TsingZ0/HtFLlib) FedProto default λ = 1",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/main.py L387, -lam default 1 "
+        "(its total.sh L2 runs FedProto at -lam 10)",
     )
     """λ, the prototype term's weight (0: local training)."""
 

@@ -69,13 +69,14 @@ class FedProx(FedAvg):
     mu: float = ruled(
         0.01,
         NON_NEGATIVE,
-        source="paper: FedProx (Li et al., MLSys 2020) §5.3's grid {0.001, 0.01, 0.1, 1}; FedAA's "
-        "FedProx runs at 0.01 (its tables' overrides)",
+        source="paper: FedPFT App. D.1 runs FedProx at 0.01, one value of FLea App. C.3's grid "
+        "[0.1, 0.01, 0.001] and of FedProx's own (Li et al., MLSys 2020, §5.3.2 'Choosing µ': "
+        "{0.001, 0.01, 0.1, 1})",
     )
     norm: str = ruled(
         "squared",
         Rule(choices=NORMS),
-        source="paper: FedProx (Li et al., MLSys 2020) Eq. 2, μ/2·‖w − w^t‖²",
+        source="paper: FedProx (Li et al., MLSys 2020) §3.2 (Eq. 2), h_k = F_k + μ/2·‖w − w^t‖²",
     )
 
     def client_update(self, client: Client, message: Message) -> Update:

@@ -23,7 +23,8 @@ class FedRS(CalibratedFedAvg):
     alpha: float = ruled(
         0.5,
         FRACTION,
-        source="paper: FedRS (Li & Zhan, KDD 2021), α = 0.5; ReBaFL's code uses the same",
+        source="paper: FedRS (Li & Zhan, KDD 2021), α = 0.5; ReBaFL's code (JianXu95/ReBaFL at "
+        "62834da, methods/fedrs.py L55) uses the same",
     )
 
     def calibrate(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

@@ -65,27 +65,29 @@ class FedTGP(FedProto):
     lam: float = ruled(
         10.0,
         NON_NEGATIVE,
-        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -lam 10",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/total.sh L9, FedTGP -lam 10",
     )
     margin_threshold: float = ruled(
         100.0,
         NON_NEGATIVE,
-        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -mart 100",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/total.sh L9, FedTGP -mart 100",
     )
     server_epochs: int = ruled(
         100,
         SERVER_EPOCHS,
-        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -se 100",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/total.sh L9, FedTGP -se 100",
     )
     server_lr: float = ruled(
         0.01,
         LEARNING_RATE,
-        source="code: HtFLlib (TsingZ0/HtFLlib) servertgp, the clients' learning rate 0.01",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) servertgp.py L28: the clients' learning "
+        "rate, total.sh L9 -lr 0.01",
     )
     server_batch_size: int = ruled(
         10,
         SIZE,
-        source="code: HtFLlib (TsingZ0/HtFLlib) total.sh, -lbs 10",
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) servertgp.py L29: args.batch_size, "
+        "total.sh L9 -lbs 10",
     )
 
     def setup(self, ctx: SetupContext) -> None:

@@ -1,6 +1,7 @@
 """FLea (Xia et al., KDD 2024): federated learning with a global buffer of shared activations.
 
-The paper's Section 3 (Algorithm 1, Eqs. 2–11) and the official code where they differ.
+The paper's Section 3 (Algorithm 1, Eqs. 2–6; App. B, Eqs. 7–11) and the official code where
+they differ.
 
 A round has two exchanges with the same cohort (`phases()`):
 

@@ -45,8 +45,18 @@ def mutual_loss(
 class FML(SharedModelStrategy):
     """Private models and a shared meme model trained by mutual learning; the meme averaged."""
 
-    alpha: float = ruled(0.5, FRACTION, source="paper: FML (Shen et al. 2020), α = 0.5")
-    beta: float = ruled(0.5, FRACTION, source="paper: FML (Shen et al. 2020), β = 0.5")
+    alpha: float = ruled(
+        0.5,
+        FRACTION,
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/total.sh L5, FML -al 0.5 (FML, "
+        "Shen et al. 2020)",
+    )
+    beta: float = ruled(
+        0.5,
+        FRACTION,
+        source="code: HtFLlib (TsingZ0/HtFLlib at e959261) system/total.sh L5, FML -bt 0.5 (FML, "
+        "Shen et al. 2020)",
+    )
 
     def local_step(self, client: Client, message: Message) -> tuple[nn.Module, LossFn]:
         def loss(net: Pair, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -88,15 +88,22 @@ class MOON(FedAvg):
     mu: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="paper: MOON (Li, He & Song, CVPR 2021) §4, μ = 1 (its CIFAR-100 value; 5 on "
-        "CIFAR-10); ReBaFL's baseline uses 1",
+        source="paper: MOON (Li, He & Song, CVPR 2021) §4.2, μ = 1 (its CIFAR-100 value; 5 on "
+        "CIFAR-10); the authors' main.py L42 (QinbinLi/MOON at 8fcba3c) defaults to 1; ReBaFL's "
+        "baseline uses 1",
     )
-    tau: float = ruled(0.5, POSITIVE, source="paper: MOON (Li, He & Song, CVPR 2021) §4, τ = 0.5")
+    tau: float = ruled(
+        0.5,
+        POSITIVE,
+        source="paper: MOON (Li, He & Song, CVPR 2021) §4.1, τ = 0.5; the authors' main.py L44 "
+        "--temperature 0.5",
+    )
     projection_dim: int = ruled(
         0,
         replace(WIDTH, low=0),
-        source="rule: 0, the model's own penultimate features (MOON's projection head is optional "
-        "in FedAA's and ReBaFL's use)",
+        source="rule: 0, the model's own penultimate features, as ReBaFL's MOON baseline "
+        "(methods/moon.py L88-92); MOON §4.1 adds a 2-layer MLP projection head of 256 outputs "
+        "(projection_dim=256)",
     )
 
     def _net(self, model: nn.Module, device: torch.device, seed: int) -> MoonNet:

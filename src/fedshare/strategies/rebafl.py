@@ -1,13 +1,13 @@
 """ReBaFL (Xu, Yang, Ding, Huang, arXiv 2303.06314): re-balanced local classifier training for
 label skew with client dropout. The paper's Section 4 (Algorithm 1).
 
-Client (Section 4.3): R-BSM loss CE(z + log π̂_i, y) with the relaxed prior of its own class
-counts (Eq. 10), plus μ × the R-BSM loss of the classifier alone on features moved to the class
-k mod C of their batch position, h̃ = P_t + λ(h − P_y) (Eq. 15, features detached, prior
-recomputed from the augmented labels, Section 4.2). After training it uploads the class means of
-its penultimate features (Eq. 21) with their class counts. Server (Algorithm 1): sample-weighted
-FedAvg of the whole model and the class-count-weighted mean of the prototypes (Eq. 23);
-classes no active client reported have no global prototype next round.
+Client (Section 4.3, Eq. 16): R-BSM loss CE(z + log π̂_i, y) (Eq. 9) with the relaxed prior of its
+own class counts (Eq. 10), plus μ × the R-BSM loss of the classifier alone on features moved to the
+class k mod C of their batch position, h̃ = P_t + λ(h − P_y) (Eq. 15, features detached, prior
+recomputed from the augmented labels, Section 4.3 after Eq. 16). After training it uploads the class
+means of its penultimate features (Eq. 21) with their class counts. Server (Algorithm 1):
+sample-weighted FedAvg of the whole model and the class-count-weighted mean of the prototypes
+(Eq. 23); classes no active client reported have no global prototype next round.
 
 Choices the paper leaves open: prototypes live in the classifier-input space `model.features(x)`
 (the code's projection-head space is not offered since the zoo's models have no such head);
@@ -69,23 +69,26 @@ class ReBaFL(Strategy):
     lam: float = ruled(
         1.0,
         NON_NEGATIVE,
-        source="paper: ReBaFL §4.3, h̃ = P_t + (h − P_y), unit scale",
+        source="paper: ReBaFL §4.2 Eq. 15, h̃ = P_t + λ(h − P_y), λ = 1 by default",
     )
     refresh_own_prototypes: bool = ruled(True, ANY, source="paper: ReBaFL §4.3, Eq. 18")
     prototype_memory: str = ruled(
         "none",
         Rule(choices=MEMORY),
-        source="paper: ReBaFL §4.3 keeps no memory of past prototypes (the code neither)",
+        source="paper: ReBaFL §4.3, Eq. 23 averages the round's received prototypes only, no "
+        "memory (the code neither)",
     )
     min_classes_for_aug: int = ruled(
         2,
         NON_NEGATIVE,
-        source="code: ReBaFL's code (clients with one class do not augment)",
+        source="code: ReBaFL's code (JianXu95/ReBaFL at 62834da, methods/rebafl.py L43: clients "
+        "with one class do not augment)",
     )
     client_eps: dict[str, float] | None = ruled(
         None,
         ANY,
-        source="paper: ReBaFL §5.1, one ε for every client (null)",
+        source="paper: ReBaFL §5.1, one ε for every client (null; §4.1 Eq. 10 allows a "
+        "per-client ε_i)",
     )
     """Optional per-client ε override, {client id: ε}; others use `eps`."""
 
@@ -219,7 +222,7 @@ class ReBaFL(Strategy):
         mask: torch.Tensor,
         weight: torch.Tensor | float,
     ) -> torch.Tensor:
-        """L = R-BSM(z, y) + weight·R-BSM_aug(φ(h̃), ỹ) with h̃ detached (Section 4.2);
+        """L = R-BSM(z, y) + weight·R-BSM_aug(φ(h̃), ỹ) with h̃ detached (Eqs. 15–16);
         fixed shapes, so it also runs under `vmap`."""
         h = model.features(x)
         main = F.cross_entropy(model.head(h) + log_prior, y)

@@ -62,29 +62,32 @@ class Scaffold(ParamVectorStrategy):
     lr_global: float = ruled(
         1.0,
         POSITIVE,
-        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1, η_g = 1",
+        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) §7.1, 'We always use global "
+        "step-size η_g = 1' (Algorithm 1 takes η_g as input)",
     )
     update_controls: bool = ruled(
         True,
         ANY,
-        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1 (false is FedAvg)",
+        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1 lines 12-14 (false "
+        "is FedAvg)",
     )
     scale_c_by_fraction: bool = ruled(
         True,
         ANY,
-        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1, c += "
+        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1 line 17, c += "
         "(|S|/N)·mean(Δc_i)",
     )
     clip_norm: float = ruled(
         0.0,
         NON_NEGATIVE,
-        source="rule: off, the paper's update has no clipping (ReBaFL's baseline sets 10)",
+        source="rule: off, the paper's update has no clipping (ReBaFL's code, methods/scaffold.py "
+        "L77: max_grad_norm 10)",
     )
     correction: str = ruled(
         "gradient",
         Rule(choices=CORRECTIONS),
-        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1, the step on g − c_i + "
-        "c",
+        source="paper: SCAFFOLD (Karimireddy et al., ICML 2020) Algorithm 1 line 10, the step on "
+        "g − c_i + c",
     )
     """gradient: g − c_i + c is the step's gradient (the paper; plain SGD only); after_step:
     y −= η(c − c_i) after each SGD step (ReBaFL's code; SGD with any momentum)."""

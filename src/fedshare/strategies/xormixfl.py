@@ -63,25 +63,28 @@ class SampleSharing(OneShotServer):
     p: int = ruled(
         1,
         Rule(low=1, high=1_000),
-        source="paper: XorMixFL §4 (Table 2, Fig. 2b), p = 1, no blending",
+        source="paper: XorMixFL §4.1, Table 2's caption p = 1 (Fig. 2b: p = 1 is no blending)",
     )
     """Samples per blend (Eq. 1); p = 1 is the raw sample (α then has no effect)."""
     alpha: float = ruled(
         0.5,
         Rule(low=0, high=1, low_open=True, high_open=True),
-        source="paper: XorMixFL §4 (Table 2), α = 0.5",
+        source="paper: XorMixFL §4.1, Table 2's caption α = 0.5 (§4.2 names 0.95 for XorMixFL's "
+        "accuracy)",
     )
     """Blend ratio α of Eq. 1."""
     M: int = ruled(
         1,
         Rule(low=1, high=1_000),
-        source="paper: XorMixFL §3, Eq. 2 with one dummy label",
+        source="paper: XorMixFL §3, Eq. 2 XORs one dummy-label blend (Fig. 1's example; Table 2 "
+        "names no M)",
     )
     """Dummy labels per shared sample."""
     dummy_labels: list[int] | None = ruled(
         None,
         Rule(low=0, numbers=True, optional=True),
-        source="paper: XorMixFL Algorithm 1, a random dummy label per sample",
+        source="paper: XorMixFL §3, 'selects a dummy label ... at random' (Fig. 1's example; "
+        "Algorithm 1 takes it as input)",
     )
     """Fixed dummy labels (the first M are used; Tables 3–4: [3, 4, 5]); None: random per sample."""
     target_labels: list[int] | None = ruled(
@@ -94,7 +97,8 @@ class SampleSharing(OneShotServer):
     quota: int | None = ruled(
         None,
         replace(SIZE, low=0, optional=True),
-        source="paper: XorMixFL Algorithm 2, up to the server's largest class",
+        source="paper: XorMixFL §1, decoding 'until all the samples are evenly distributed across "
+        "labels' (Algorithm 2's q_c^target)",
     )
     """Shared samples per target label in all; None: the server's largest class minus its own."""
     blend_order: str = ruled(
@@ -298,7 +302,8 @@ class XorMixFL(SampleSharing):
     multi_dummy_mode: str = ruled(
         "xor_each",
         Rule(choices=MULTI_DUMMY_MODES),
-        source="rule: Eq. 2 for M > 1 read as one XOR per dummy label (the paper gives M = 1)",
+        source="rule: Eq. 2 for M > 1 read as one XOR per dummy label (the paper runs M = 1-3, "
+        "Table 3, but writes Eq. 2 for one)",
     )
     """M > 1 (XorMixFL §4.3, read by fedshare): `xor_each` XORs M blends; `preblend` first
     blends them into one (Eq. 1)."""
@@ -353,7 +358,8 @@ class MixFL(SampleSharing):
     label: str = ruled(
         "soft",
         Rule(choices=LABELS),
-        source="paper: XorMixFL §4.1, MixFL trains on the Mixup label",
+        source="paper: XorMixFL §1, MixFL's encoding 'follows from Vanilla Mixup' (Zhang et al. "
+        "2018: the mixed label)",
     )
     """`soft`: Mixup label distribution; `hard`: the target label."""
 

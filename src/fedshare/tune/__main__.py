@@ -11,12 +11,11 @@ space); every other argument is the runs' (as `python -m fedshare.run` takes it)
 import sys
 from pathlib import Path
 
-from fedshare.errors import FedshareError
+from fedshare.errors import FedshareError, exit_user_error
 from fedshare.tune.study import TuneRequest, rerun_on_test_seeds, run_study, setting_value
 
 OWN_KEYS = ("trials", "test_seeds", "out", "space")
 MAX_TRIALS = 10_000
-USER_ERROR = 2
 
 
 def parse_trials(value: str | None) -> int:
@@ -84,8 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"tuned {len(trials)} trials -> {tuned}")
         rerun_on_test_seeds(request, tuned)
     except FedshareError as err:
-        print(f"fedshare: error: {err}", file=sys.stderr)
-        sys.exit(USER_ERROR)
+        exit_user_error(str(err))
 
 
 if __name__ == "__main__":
