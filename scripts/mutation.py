@@ -1080,6 +1080,16 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_config.py -k 'defaults or rounds_default'",
     ),
+    "config_run": Target(  # a whole run's check: typed keys, the four groups, the strategy
+        {
+            "src/fedshare/config/validation.py": (
+                "check_simulation_config",
+                "check_groups",
+                "check_run",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_config.py -k 'check_run or check_simulation'",
+    ),
     "dcor": Target(  # FLea's distance correlation (Sec. 3.3.2, Eqs. 5 and 8) and its metric
         {
             "src/fedshare/privacy/dcor.py": (

@@ -595,3 +595,59 @@ def test_rounds_default_and_a_one_shot_strategys_single_round():
         FedshareError, match=r"^strategy 'toy' is one-shot .*, but rounds=3; leave rounds unset"
     ):
         resolve_rounds(3, OneShot)
+
+
+# ---------------------------------------------------------------------------- a whole run's check
+def _run_values(**changes):
+    values = {
+        "strategy": {"name": "fedprox", "mu": 0.1},
+        "data": {"name": "digits", "val_fraction": 0.1},
+        "partition": {"name": "dirichlet", "alpha": 0.5, "seed": 3},
+        "model": {"name": "mlp", "hidden": [8]},
+        "train": {"lr": 0.1, "momentum": None},
+        "rounds": 2,
+    }
+    values.update(changes)
+    return values
+
+
+def test_check_run_builds_the_strategy_and_checks_every_group_and_typed_key():
+    from fedshare.config.validation import check_run
+
+    strategy = check_run(_run_values())
+    assert type(strategy).__name__ == "FedProx" and strategy.mu == 0.1
+    check_run(_run_values(model={"name": "auto"}, hydra={"x": 1}))
+    bad = {
+        "rounds": (0, r"^rounds=0 is not valid"),
+        "train": ({"lr": -1.0}, r"^train\.lr=-1\.0 is not valid"),
+        "data": ({"name": "digits", "val_fraction": 1}, r"^data\.val_fraction=1 is not valid"),
+        "model": ({"name": "mlp", "width": 3}, r"^model 'mlp' has no parameter 'width'"),
+        "partition": ({"name": "dirichlet", "alfa": 1}, r"^partition 'dirichlet' has no param"),
+        "strategy": ({"name": "fedprox", "mu": -1.0}, r"^strategy\.mu=-1\.0 is not valid"),
+    }
+    for key, (value, message) in bad.items():
+        with pytest.raises(FedshareError, match=message):
+            check_run(_run_values(**{key: value}))
+    with pytest.raises(FedshareError, match=r"^dataset 'digits' has no parameter 'size'"):
+        check_run(_run_values(data={"name": "digits", "size": 3}))
+    for group in ("strategy", "data", "partition", "model"):
+        with pytest.raises(FedshareError, match=rf"^{group}=None is not valid: choose a {group}"):
+            check_run(_run_values(**{group: None}))
+        with pytest.raises(FedshareError, match=rf"^{group}=\{{'name': ''\}} is not valid"):
+            check_run(_run_values(**{group: {"name": ""}}))
+    with pytest.raises(FedshareError, match=r"^train\.lr_decay=0 with train\.lr_schedule=exp"):
+        check_run(_run_values(train={"lr_schedule": "exp", "lr_decay": 0}))
+
+
+def test_check_simulation_config_checks_the_typed_settings_and_their_combinations():
+    from fedshare.config.schema import SimulationConfig, TrainConfig
+    from fedshare.config.validation import check_simulation_config
+
+    check_simulation_config(SimulationConfig())
+    with pytest.raises(FedshareError, match=r"^rounds=0 is not valid"):
+        check_simulation_config(SimulationConfig(rounds=0))
+    with pytest.raises(FedshareError, match=r"^train\.batch_size=0 is not valid"):
+        check_simulation_config(SimulationConfig(train=TrainConfig(batch_size=0)))
+    train = TrainConfig(lr_schedule="step", lr_decay=0.0)
+    with pytest.raises(FedshareError, match=r"^train\.lr_decay=0 with train\.lr_schedule=step"):
+        check_simulation_config(SimulationConfig(train=train))
