@@ -630,6 +630,15 @@ def test_check_run_builds_the_strategy_and_checks_every_group_and_typed_key():
             check_run(_run_values(**{key: value}))
     with pytest.raises(FedshareError, match=r"^dataset 'digits' has no parameter 'size'"):
         check_run(_run_values(data={"name": "digits", "size": 3}))
+    check_run(_run_values(data={"name": "digits", "test_fraction": 0.3}))
+    positional = {  # each factory's inputs are no config keys
+        "data": {"name": "digits", "request": 1},
+        "partition": {"name": "dirichlet", "rng": 1},
+        "model": {"name": "mlp", "num_classes": 3},
+    }
+    for group, node in positional.items():
+        with pytest.raises(FedshareError, match=r" has no parameter '(request|rng|num_classes)'"):
+            check_run(_run_values(**{group: node}))
     for group in ("strategy", "data", "partition", "model"):
         with pytest.raises(FedshareError, match=rf"^{group}=None is not valid: choose a {group}"):
             check_run(_run_values(**{group: None}))
