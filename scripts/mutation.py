@@ -1090,6 +1090,13 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_config.py -k 'check_run or check_simulation'",
     ),
+    "config_api": Target(  # Python's settings and the run's assembled config
+        {
+            "src/fedshare/config/api.py": ("as_config", "check_fields", "explicit_train"),
+            "src/fedshare/config/assemble.py": ("model_name", "resolve_config"),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_config.py -k 'api_settings or assemble_resolves'",
+    ),
     "dcor": Target(  # FLea's distance correlation (Sec. 3.3.2, Eqs. 5 and 8) and its metric
         {
             "src/fedshare/privacy/dcor.py": (

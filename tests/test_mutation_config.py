@@ -660,3 +660,37 @@ def test_check_simulation_config_checks_the_typed_settings_and_their_combination
     train = TrainConfig(lr_schedule="step", lr_decay=0.0)
     with pytest.raises(FedshareError, match=r"^train\.lr_decay=0 with train\.lr_schedule=step"):
         check_simulation_config(SimulationConfig(train=train))
+
+
+# ---------------------------------------------------------------------------- api, assemble
+def test_api_settings_from_an_instance_a_mapping_or_none_and_unknown_fields_refused():
+    from fedshare.config.api import as_config, explicit_train
+    from fedshare.config.schema import EvalConfig, TrainConfig
+
+    given = EvalConfig(every=3)
+    assert as_config(EvalConfig, given) is given
+    assert as_config(EvalConfig, None) == EvalConfig()
+    assert as_config(EvalConfig, {"every": 2}) == EvalConfig(every=2)
+    with pytest.raises(
+        FedshareError, match=r"^EvalConfig has no field\(s\) \['evry'\]; its fields are \["
+    ):
+        as_config(EvalConfig, {"evry": 2})
+    assert explicit_train(None) == {}
+    assert explicit_train({"lr": 0.5}) == {"lr": 0.5}
+    assert explicit_train(TrainConfig(lr=0.5))["lr"] == 0.5
+    assert explicit_train(TrainConfig()) == dataclasses.asdict(TrainConfig())
+    with pytest.raises(FedshareError, match=r"^TrainConfig has no field\(s\) \['rate'\]"):
+        explicit_train({"rate": 1})
+
+
+def test_assemble_resolves_auto_models_and_layers_the_settings():
+    from types import SimpleNamespace
+
+    from fedshare.config.assemble import model_name, resolve_config
+
+    data = SimpleNamespace(dataset=SimpleNamespace(default_model="cnn_small"))
+    assert model_name("auto", data) == "cnn_small" and model_name("mlp", data) == "mlp"
+    config = resolve_config(_Method, "fmnist", train={"lr": 0.2}, seed=4, device=None)
+    assert (config.rounds, config.seed, config.device) == (20, 4, "auto")
+    assert (config.train.lr, config.train.momentum, config.train.weight_decay) == (0.2, 0.7, 5e-4)
+    assert resolve_config(_Method, "digits", rounds=3).rounds == 3
