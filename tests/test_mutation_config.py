@@ -694,3 +694,5 @@ def test_assemble_resolves_auto_models_and_layers_the_settings():
     assert (config.rounds, config.seed, config.device) == (20, 4, "auto")
     assert (config.train.lr, config.train.momentum, config.train.weight_decay) == (0.2, 0.7, 5e-4)
     assert resolve_config(_Method, "digits", rounds=3).rounds == 3
+    with pytest.raises(TypeError):  # rounds and train are keyword-only
+        resolve_config(_Method, "digits", 3)
