@@ -101,6 +101,7 @@ EXEC_TESTS = (
     "round_stats_average_each_key_over_the_clients_that_reported_it",
     "the_serial_executor_routes_counts_and_keeps_in_cohort_order",
     "ranks_give_the_one_process_result_exactly",
+    "each_rank_runs_the_clients_its_split_gives_it",
     "a_rank_with_no_client_of_the_phase_follows_the_last_clients_random_state",
     "batched_ranks_give_the_batched_one_process_result",
     "a_peer_message_to_a_later_client_of_the_step_is_refused_across_ranks",
@@ -111,6 +112,7 @@ EXEC_TESTS = (
     "personal_messages_are_counted_for_their_receiver_and_handed_to_it",
     "batched_chunks_hold_chunk_clients_in_cohort_order",
     "batched_steps_come_back_in_cohort_order_routed_and_counted_as_serial_ones",
+    "batched_chunks_see_the_peer_messages_of_earlier_chunks_as_serial_clients_do",
     "a_training_phase_without_a_batched_step_warns_once_and_runs_serially",
     "a_phase_that_does_not_train_runs_serially_without_a_warning",
     "make_executor_picks_serial_batched_and_ranked",
@@ -143,6 +145,30 @@ COLLECTIVE_TESTS = (
     "nccl_only_where_each_local_process_has_a_gpu_of_its_own",
 )
 """Its tests of the ranks' collectives, on threads (`engine_distributed`)."""
+
+BATCHED_TESTS = (
+    "clip_rows_is_clip_grad_norm_per_row",
+    "the_stacked_optimizer_steps_each_row_as_torch_steps_that_client",
+    "a_stacked_run_trains_each_client_as_it_trains_alone",
+    "a_stacked_run_without_batches_returns_zero_losses",
+    "a_stacked_run_defaults_to_the_clients_batches",
+)
+"""Its tests of batched training (`engine_batched`)."""
+CLIENT_TESTS = (
+    "a_client_reaches_its_own_samples_by_position",
+    "a_clients_defaults_and_its_copies_of_what_it_was_given",
+    "a_clients_streams_learning_rate_optimizer_and_autocast",
+    "batches_shuffle_the_clients_samples_and_the_extra_ones_it_received",
+    "the_client_side_is_a_sealed_copy_set_up_without_moving_the_runs_stream",
+    "a_client_step_that_is_not_the_strategys_method_is_refused",
+    "cut_metrics_keeps_the_whole_lines_up_to_the_round",
+    "a_resumed_run_continues_exactly_and_a_finished_one_runs_nothing",
+    "a_checkpoint_is_finished_only_with_every_round_and_a_completed_summary",
+    "a_used_folder_is_refused_unless_overwritten_and_a_resume_needs_one",
+    "a_resume_on_another_partition_is_refused",
+    "a_write_failure_says_what_the_folder_keeps",
+)
+"""Its tests of the client, its wall and the run folder (`engine_client`)."""
 
 METHODS: dict[str, Target] = {
     "fedaa": Target(
@@ -1057,6 +1083,60 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} "
         + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in COLLECTIVE_TESTS),
+    ),
+    "engine_batched": Target(  # several clients' local training as one vmapped step
+        {
+            "src/fedshare/engine/batched.py": (
+                "clip_rows",
+                "StackedOptimizer.step",
+                "StackedOptimizer._momentum",
+                "StackedOptimizer._adam",
+                "stacked",
+                "StackedRun.__init__",
+                "StackedRun.run",
+                "StackedRun._groups",
+                "StackedRun._step",
+                "StackedRun.start_row",
+                "StackedRun.load_client",
+            ),
+        },
+        f"{NO_CONFTEST} "
+        + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in BATCHED_TESTS),
+    ),
+    "engine_client": Target(  # a client's data and streams, its wall, the run folder
+        {
+            "src/fedshare/engine/client.py": (
+                "Client.__init__",
+                "Client.num_samples",
+                "Client.amp_device",
+                "Client.lr",
+                "Client.rng",
+                "Client.make_optimizer",
+                "Client._global",
+                "Client.data",
+                "Client.raw",
+                "Client.labels",
+                "Client.batches",
+            ),
+            "src/fedshare/engine/client_side.py": (
+                "_sealed_class",
+                "client_side",
+                "on_client_side",
+            ),
+            "src/fedshare/engine/run_folder.py": (
+                "cut_metrics",
+                "RunFolder._open",
+                "RunFolder._stored_summary",
+                "RunFolder._states_inline",
+                "RunFolder.begin",
+                "RunFolder.save_checkpoint",
+                "RunFolder.write_results",
+                "RunFolder.cut_back",
+                "RunFolder.write_failure",
+            ),
+        },
+        f"{NO_CONFTEST} "
+        + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in CLIENT_TESTS),
     ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""

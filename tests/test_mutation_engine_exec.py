@@ -14,6 +14,7 @@ along) run on threads over a stand-in of `torch.distributed` (`ThreadedDist`).
 """
 
 import contextlib
+import json
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -27,9 +28,12 @@ from torch import nn
 from fedshare.config import CheckpointConfig, ClientsConfig, SimulationConfig, TrainConfig
 from fedshare.data.dataset import Dataset
 from fedshare.data.federated import federate
-from fedshare.engine import distributed
+from fedshare.engine import distributed, run_folder
 from fedshare.engine.aggregation import RunningMean
-from fedshare.engine.distributed import Failed, RankGroup, from_bytes, to_bytes
+from fedshare.engine.batched import StackedOptimizer, StackedRun, clip_rows
+from fedshare.engine.client import Client
+from fedshare.engine.client_side import ClientSetup, ClientWallError, client_side, on_client_side
+from fedshare.engine.distributed import Failed, RankGroup, assign, blocks, from_bytes, to_bytes
 from fedshare.engine.executors import (
     BatchedExecutor,
     Executor,
@@ -38,8 +42,11 @@ from fedshare.engine.executors import (
     make_executor,
 )
 from fedshare.engine.messages import Message, Update
-from fedshare.engine.rng import seed_global_torch
+from fedshare.engine.optim import make_optimizer
+from fedshare.engine.rng import seed_global_torch, torch_generator
+from fedshare.engine.run_folder import cut_metrics
 from fedshare.engine.simulation import Simulation
+from fedshare.engine.training import fit, shuffled_positions
 from fedshare.errors import FedshareError, RankFailure
 from fedshare.strategies.base import Phase, Strategy
 
@@ -288,6 +295,29 @@ def test_ranks_give_the_one_process_result_exactly(world, probe):
         assert got == one
 
 
+@pytest.mark.parametrize("probe, split", [(ProbeList, assign), (ProbeMean, blocks)])
+def test_each_rank_runs_the_clients_its_split_gives_it(probe, split):
+    """Whole updates: balanced by size (`assign`); a passed-on mean: contiguous (`blocks`)."""
+    boards: list[dict] = []
+
+    def run(sim):
+        boards.append(sim.executor.group.board)
+        sim.run_round(0)
+        return sim.sampler.cohort(0), [
+            len(sim.data.client_indices[c]) for c in sim.sampler.cohort(0)
+        ]
+
+    (cohort, sizes), _ = replayed(lambda: simulation(probe()), 2, run)
+    owners = split(sizes, 2)
+    assert owners != blocks(sizes, 2) if split is assign else owners != assign(sizes, 2)
+    board = boards[0]
+    for rank in range(2):
+        ran, _ = from_bytes(board[0, rank], "cpu")
+        assert [item[0] for item in ran] == [
+            c for c, o in zip(cohort, owners, strict=True) if o == rank
+        ]
+
+
 def test_a_rank_with_no_client_of_the_phase_follows_the_last_clients_random_state():
     one = outcome(simulation(ProbeMean(), per_round=1), rounds=2)
     for got in replayed(lambda: simulation(ProbeMean(), per_round=1), 3, outcome):
@@ -397,6 +427,15 @@ def test_batched_steps_come_back_in_cohort_order_routed_and_counted_as_serial_on
     serial = without_chunks(outcome(simulation(ProbeBatched())))
     batched = without_chunks(outcome(simulation(ProbeBatched(), batched=2)))
     assert batched == serial
+
+
+def test_batched_chunks_see_the_peer_messages_of_earlier_chunks_as_serial_clients_do():
+    def make(batched: int) -> Simulation:
+        return simulation(ProbeBatched(peer=NUM_CLIENTS - 1), NUM_CLIENTS, batched)
+
+    serial = without_chunks(outcome(make(1), rounds=1))
+    assert serial["seen"][-1][2] == 1 + 2 + 3 + 4  # client 4 got clients 0-3's messages
+    assert without_chunks(outcome(make(2), rounds=1)) == serial
 
 
 def test_a_training_phase_without_a_batched_step_warns_once_and_runs_serially():
@@ -825,3 +864,415 @@ def test_nccl_only_where_each_local_process_has_a_gpu_of_its_own(monkeypatch):
     assert distributed.process_group_backend("cuda:1", 1) == "nccl"
     assert distributed.process_group_backend("cuda:0", 3) == "gloo"
     assert distributed.process_group_backend("cpu", 1) == "gloo"
+
+
+# ---------------------------------------------------------------------------- batched training
+def test_clip_rows_is_clip_grad_norm_per_row():
+    gen = torch.Generator().manual_seed(1)
+    grads = {"a": torch.randn(3, 2, 2, generator=gen), "b": torch.randn(3, 5, generator=gen)}
+    grads["a"][1] *= 0.01
+    grads["b"][1] *= 0.01
+    clipped = clip_rows(grads, 1.5)
+    for i in range(3):
+        row = [grads["a"][i].clone().requires_grad_(), grads["b"][i].clone().requires_grad_()]
+        for p in row:
+            p.grad = p.detach().clone()
+        torch.nn.utils.clip_grad_norm_(row, 1.5)
+        torch.testing.assert_close(clipped["a"][i], row[0].grad, rtol=1e-6, atol=0)
+        torch.testing.assert_close(clipped["b"][i], row[1].grad, rtol=1e-6, atol=0)
+    assert torch.equal(clipped["a"][1], grads["a"][1])  # under the norm: unchanged
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"optimizer": "sgd", "momentum": 0.9, "weight_decay": 0.1},
+        {"optimizer": "sgd"},
+        {"optimizer": "adam", "betas": [0.8, 0.9], "weight_decay": 0.1},
+        {"optimizer": "adam", "optimizer_reset_each_step": True},
+        {"optimizer": "sgd", "momentum": 0.5, "optimizer_reset_each_step": True},
+    ],
+)
+def test_the_stacked_optimizer_steps_each_row_as_torch_steps_that_client(settings):
+    train = TrainConfig(**settings)
+    gen = torch.Generator().manual_seed(2)
+    start = torch.randn(3, 4, generator=gen)
+    grads = torch.randn(4, 3, 4, generator=gen)
+    plan = [slice(None), torch.tensor([0, 2]), torch.tensor([2]), slice(None)]
+    stacked = {"w": start.clone().requires_grad_()}
+    optimizer = StackedOptimizer(train, 0.05)
+    for grad, rows in zip(grads, plan, strict=True):
+        stacked["w"].grad = grad.clone()
+        optimizer.step(stacked, rows)
+    for i in range(3):
+        w = torch.nn.Parameter(start[i].clone())
+        serial = make_optimizer([w], train, 0.05)
+        for grad, rows in zip(grads, plan, strict=True):
+            if isinstance(rows, slice) or i in rows.tolist():
+                w.grad = grad[i].clone()
+                serial.step()
+        torch.testing.assert_close(stacked["w"][i], w.detach(), rtol=1e-5, atol=1e-6)
+
+
+def bn_model() -> nn.Module:
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+    model[3].bias.requires_grad_(False)  # a frozen parameter stays one shared copy
+    return model
+
+
+def client_batches(seed: int, sizes: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randn(n, 3, generator=gen), torch.randint(0, 2, (n,), generator=gen)) for n in sizes
+    ]
+
+
+def test_a_stacked_run_trains_each_client_as_it_trains_alone():
+    """Clients of different batch counts and shapes (groups of equal shapes step together), a
+    per-client input, a per-row gradient hook, statistics summed per client, BatchNorm."""
+    train = TrainConfig(momentum=0.9, weight_decay=0.01)
+    streams = [client_batches(0, [4, 4, 4, 2]), client_batches(1, [4, 4]), client_batches(2, [3])]
+    weights = torch.tensor([1.0, 2.0, 0.5])
+    factor = torch.tensor([1.0, 3.0, 2.0])
+
+    def loss_fn(model, x, y, w):
+        loss = w * nn.functional.cross_entropy(model(x), y)
+        return loss, torch.stack([torch.ones(()), x.sum()])
+
+    def hook(params, grads, rows):
+        return {n: g * factor[rows].view(-1, *[1] * (g.dim() - 1)) for n, g in grads.items()}
+
+    clients = [SimpleNamespace(amp_device=None, train=train, lr=0.1, device=torch.device("cpu"))]
+    clients *= 3
+    start = nn.Linear(3, 4)
+    model = bn_model()
+    run = StackedRun(clients, model, loss_fn, hook, weights, [iter(s) for s in streams])
+    run.start_row(1, replace_first_layer(bn_model(), start))
+    losses = run.run()
+    assert run.aux is not None
+    for i, stream in enumerate(streams):
+        assert run.aux[i].tolist() == pytest.approx(
+            [len(stream), sum(float(x.sum()) for x, _ in stream)], rel=1e-5
+        )
+        alone = replace_first_layer(bn_model(), start) if i == 1 else bn_model()
+        mean = train_alone(
+            alone, train, stream, lambda m, x, y, w=weights[i]: loss_fn(m, x, y, w)[0], factor[i]
+        )
+        assert losses[i].item() == pytest.approx(mean.item(), rel=1e-5)
+        trained = run.load_client(i)
+        alone_state = alone.state_dict()
+        for name, a in trained.state_dict().items():
+            if name.endswith("num_batches_tracked"):
+                continue
+            torch.testing.assert_close(a, alone_state[name], rtol=1e-5, atol=1e-6)
+
+
+def train_alone(model: nn.Module, train: TrainConfig, stream, loss_fn, factor) -> torch.Tensor:
+    """`fit` of one client with torch's optimizer, its gradients scaled by `factor`."""
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(params, train, 0.1)
+
+    def scale() -> None:
+        for p in params:
+            p.grad.mul_(factor)
+
+    return fit(optimizer, stream, lambda b: loss_fn(model, *b), scale)
+
+
+def replace_first_layer(model: nn.Module, layer: nn.Linear) -> nn.Module:
+    with torch.no_grad():
+        model[0].weight.copy_(layer.weight)
+        model[0].bias.copy_(layer.bias)
+        model[1].running_mean.fill_(0.5)
+    return model
+
+
+def test_a_stacked_run_without_batches_returns_zero_losses():
+    clients = [SimpleNamespace(amp_device=None, train=TrainConfig(), lr=0.1, device="cpu")] * 2
+    model = bn_model()
+    run = StackedRun(clients, model, lambda m, x, y: m(x).sum(), streams=[iter([]), iter([])])
+    assert [loss.item() for loss in run.run()] == [0.0, 0.0]
+    assert run.aux is None
+
+
+def test_a_stacked_run_defaults_to_the_clients_batches():
+    batches = client_batches(3, [2, 2])
+    client = SimpleNamespace(
+        amp_device=None, train=TrainConfig(), lr=0.1, device="cpu", batches=lambda: iter(batches)
+    )
+    model = bn_model()
+    run = StackedRun([client], model, lambda m, x, y: nn.functional.cross_entropy(m(x), y))
+    (loss,) = run.run()
+    alone = bn_model()
+    optimizer = make_optimizer(
+        [p for p in alone.parameters() if p.requires_grad], TrainConfig(), 0.1
+    )
+    mean = fit(optimizer, batches, lambda b: nn.functional.cross_entropy(alone(b[0]), b[1]))
+    assert loss.item() == pytest.approx(mean.item(), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------- the client
+def a_client(train: TrainConfig | None = None, round_idx: int = 2, **kwargs) -> Client:
+    data = tiny_data()
+    data.scale = 0.5
+    return Client(
+        7,
+        round_idx,
+        torch.tensor([5, 1, 9, 3, 30]),
+        data,
+        nn.Linear(4, 3),
+        train or TrainConfig(batch_size=2, local_epochs=2),
+        11,
+        "share",
+        **kwargs,
+    )
+
+
+def test_a_client_reaches_its_own_samples_by_position():
+    client = a_client()
+    data = tiny_data()
+    own = torch.tensor([5, 1, 9, 3, 30])
+    assert client.num_samples == 5 and client.num_classes == 3 and client.scale == 0.5
+    assert client.device == torch.device("cpu")
+    x, y = client.raw(torch.tensor([4, 0]))
+    assert torch.equal(x, data.x_train[[30, 5]]) and torch.equal(y, data.y_train[[30, 5]])
+    x, y = client.raw()
+    assert torch.equal(x, data.x_train[own])
+    x, y = client.data(torch.tensor([1]))
+    assert torch.equal(x, data.x_train[[1]] * 0.5) and torch.equal(y, data.y_train[[1]])
+    assert torch.equal(client.labels, data.y_train[own])
+    assert torch.equal(client.prepare(torch.ones(1, 4)), torch.full((1, 4), 0.5))
+
+
+def test_a_clients_defaults_and_its_copies_of_what_it_was_given():
+    kept, inbox = {"pool": 1}, ["m"]
+    client = a_client(kept=kept, inbox=inbox, personal="p")
+    assert client.state == {} and client.personal == "p"
+    assert client.kept == kept and client.kept is not kept
+    assert client.inbox == inbox and client.inbox is not inbox
+    assert (client.id, client.round, client.seed, client.phase) == (7, 2, 11, "share")
+    assert a_client().kept == {} and a_client().inbox == [] and a_client().personal is None
+    state = {"s": torch.ones(1)}
+    assert a_client(state=state).state is state
+
+
+def test_a_clients_streams_learning_rate_optimizer_and_autocast():
+    train = TrainConfig(lr=0.2, lr_schedule="step", lr_step=1, lr_decay=0.5, amp=True)
+    client = a_client(train, round_idx=2)
+    assert client.lr == pytest.approx(0.05) and client.amp_device == "cpu"
+    assert a_client().amp_device is None
+    expected = torch_generator(11, "share/probe", 2, 7, device=torch.device("cpu"))
+    assert torch.equal(
+        torch.rand(3, generator=client.rng("probe")), torch.rand(3, generator=expected)
+    )
+    optimizer = client.make_optimizer()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+    assert len(optimizer.param_groups[0]["params"]) == 2
+    only = client.make_optimizer([client.model.bias])
+    assert only.param_groups[0]["params"] == [client.model.bias]
+
+
+def expected_batches(client: Client, x: torch.Tensor, y: torch.Tensor, epochs: int, size: int):
+    gen = torch_generator(11, "share/batches", client.round, 7, device=torch.device("cpu"))
+    positions = shuffled_positions(len(y), size, gen, torch.device("cpu"), epochs, False)
+    return [(x[p] * 0.5, y[p]) for p in positions]
+
+
+def test_batches_shuffle_the_clients_samples_and_the_extra_ones_it_received():
+    client = a_client()
+    data = tiny_data()
+    own = torch.tensor([5, 1, 9, 3, 30])
+    got = list(client.batches())
+    want = expected_batches(client, data.x_train[own], data.y_train[own], 2, 2)
+    assert len(got) == len(want) == 6
+    for (gx, gy), (wx, wy) in zip(got, want, strict=True):
+        assert torch.equal(gx, wx) and torch.equal(gy, wy)
+    extra = (torch.full((2, 4), 4.0), torch.tensor([2, 2]))
+    got = list(client.batches(epochs=1, batch_size=3, extra=extra))
+    x = torch.cat([data.x_train[own], extra[0]])
+    y = torch.cat([data.y_train[own], extra[1]])
+    want = expected_batches(client, x, y, 1, 3)
+    assert len(got) == 3
+    for (gx, gy), (wx, wy) in zip(got, want, strict=True):
+        assert torch.equal(gx, wx) and torch.equal(gy, wy)
+
+
+# ---------------------------------------------------------------------------- the client's wall
+@dataclass
+class Walled(Strategy):
+    name: ClassVar[str] = "walled"
+    rate: float = 0.5
+
+    def client_setup(self, ctx: ClientSetup) -> None:
+        super().client_setup(ctx)
+        self.noise = torch.rand(2)  # module inits draw here: the run's stream stays
+
+    def client_update(self, client, message):
+        return self.rate
+
+
+def setup_of() -> ClientSetup:
+    return ClientSetup(nn.Linear(2, 2), TrainConfig(), 0, torch.device("cpu"), 3, (2,), 4)
+
+
+def test_the_client_side_is_a_sealed_copy_set_up_without_moving_the_runs_stream():
+    strategy, setup = Walled(rate=0.25), setup_of()
+    torch.manual_seed(9)
+    replica = client_side(strategy, setup)
+    after = torch.rand(1)
+    torch.manual_seed(9)
+    assert torch.equal(after, torch.rand(1))
+    assert replica is not strategy and replica.rate == 0.25 and replica.num_clients == 4
+    assert isinstance(replica, Walled) and type(replica) is not Walled
+    assert type(replica).__qualname__ == "Walled.client_side"
+    assert type(replica).__module__ == Walled.__module__
+    assert type(client_side(Walled(), setup_of())) is type(replica)  # one sealed class
+    with pytest.raises(ClientWallError) as err:
+        _ = replica.model
+    assert str(err.value).startswith("walled: client-side code read self.model, which only")
+    with pytest.raises(ClientWallError, match=r"walled: a client step wrote self\.rate"):
+        replica.rate = 1.0
+    with pytest.raises(AttributeError) as plain:
+        _ = replica.__missing_dunder__
+    assert type(plain.value) is AttributeError
+    assert on_client_side(strategy.client_update, strategy, replica)(None, None) == 0.25
+
+
+def test_a_client_step_that_is_not_the_strategys_method_is_refused():
+    strategy, other = Walled(), Walled()
+    replica = client_side(strategy, setup_of())
+    with pytest.raises(TypeError, match="a phase's client_step must be a method of the strategy"):
+        on_client_side(other.client_update, strategy, replica)
+    with pytest.raises(TypeError):
+        on_client_side(lambda c, m: None, strategy, replica)
+
+
+# ---------------------------------------------------------------------------- the run folder
+def test_cut_metrics_keeps_the_whole_lines_up_to_the_round(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [b'{"round": 1}\n', b'{"round": 2, "a": 1}\n', b'{"round": 3}\n']
+    path.write_bytes(b"".join(lines))
+    cut_metrics(path, 2)
+    assert path.read_bytes() == b"".join(lines[:2])
+    cut_metrics(path, 0)
+    assert path.read_bytes() == b""
+    for tail in (b'{"round": 2}', b'{"round": "2"}\n', b"[2]\n", b"{cut\n"):
+        path.write_bytes(lines[0] + tail + lines[2])
+        cut_metrics(path, 5)
+        assert path.read_bytes() == lines[0], tail
+
+
+def folder_simulation(run_dir, rounds: int = 2, overwrite: bool = False, **changes) -> Simulation:
+    data = federate(tiny_data(), {"name": "dirichlet", "alpha": 0.5}, NUM_CLIENTS, 0)
+    config = SimulationConfig(
+        rounds=rounds,
+        seed=3,
+        device="cpu",
+        progress=False,
+        clients=ClientsConfig(num=NUM_CLIENTS, per_round=3),
+        checkpoint=CheckpointConfig(every=1),
+        **changes,
+    )
+    torch.manual_seed(0)
+    return Simulation(ProbeList(), data, nn.Linear(4, 3), config, run_dir, overwrite=overwrite)
+
+
+@pytest.fixture
+def no_pictures(monkeypatch):
+    drawn: list[str] = []
+    monkeypatch.setattr(run_folder, "plot_partition", lambda p, path: drawn.append(path.name))
+    monkeypatch.setattr(run_folder, "plot_learning_curve", lambda h, path, t: drawn.append(t))
+    return drawn
+
+
+def run_state(sim: Simulation) -> dict[str, Any]:
+    return {
+        "history": [{k: v for k, v in r.items() if not k.endswith("_s")} for r in sim.history],
+        "traffic": sim.traffic.as_dict(),
+        "states": {
+            cid: {k: v.tolist() for k, v in s.items()} for cid, s in sim.client_states.items()
+        },
+        "weights": [p.tolist() for p in sim.strategy.model.parameters()],
+        "seen": sim.strategy.seen,
+    }
+
+
+def test_a_resumed_run_continues_exactly_and_a_finished_one_runs_nothing(tmp_path, no_pictures):
+    whole = folder_simulation(None, rounds=3)
+    whole.run()
+    first = folder_simulation(tmp_path, rounds=2)
+    result = first.run()
+    assert result.summary["status"] == "completed"
+    assert (tmp_path / "model.pt").exists()
+    assert no_pictures == ["partition.png", "None on None/None, seed 3"]
+    again = folder_simulation(tmp_path, rounds=2).run(resume=True)
+    assert again.summary["nothing_to_do"] and again.summary["rounds_completed"] == 2
+    resumed = folder_simulation(tmp_path, rounds=3)
+    resumed.run(resume=True)
+    got, want = run_state(resumed), run_state(whole)
+    assert got["seen"] == want["seen"][len(first.strategy.seen) :]
+    assert {k: v for k, v in got.items() if k != "seen"} == {
+        k: v for k, v in want.items() if k != "seen"
+    }
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["round"] for line in lines] == [r["round"] for r in whole.history]
+
+
+def test_a_checkpoint_is_finished_only_with_every_round_and_a_completed_summary(
+    tmp_path, no_pictures
+):
+    folder_simulation(tmp_path, rounds=2).run()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    for changed in ({"status": "stopped"}, {"rounds_completed": 1}):
+        (tmp_path / "summary.json").write_text(json.dumps({**summary, **changed}))
+        state = folder_simulation(tmp_path, rounds=2).folder._open(True)
+        assert state is not None and run_folder.FINISHED not in state
+    (tmp_path / "summary.json").write_text("[1]")
+    assert folder_simulation(tmp_path).folder._stored_summary() == {}
+    (tmp_path / "summary.json").write_text("{cut")
+    assert folder_simulation(tmp_path).folder._stored_summary() == {}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    state = folder_simulation(tmp_path, rounds=2).folder._open(True)
+    assert state[run_folder.FINISHED] == summary
+
+
+def test_a_used_folder_is_refused_unless_overwritten_and_a_resume_needs_one(tmp_path, no_pictures):
+    folder_simulation(tmp_path, rounds=1).run()
+    with pytest.raises(FedshareError) as err:
+        folder_simulation(tmp_path, rounds=1).run()
+    assert str(err.value).startswith(f"run_dir {tmp_path} already holds a run (")
+    result = folder_simulation(tmp_path, rounds=1, overwrite=True).run()
+    assert result.summary["status"] == "completed"
+    with pytest.raises(FedshareError, match="resume=true needs the run directory"):
+        folder_simulation(None).run(resume=True)
+    assert folder_simulation(None).folder._open(False) is None
+
+
+def test_a_resume_on_another_partition_is_refused(tmp_path, no_pictures):
+    folder_simulation(tmp_path, rounds=1).run()
+    sim = folder_simulation(tmp_path, rounds=2)
+    sim.data.partition = replace_fingerprint(sim.data.partition, "other")
+    with pytest.raises(FedshareError) as err:
+        sim.run(resume=True)
+    assert str(err.value).endswith(", not other; resume with the same data and partition")
+
+
+def replace_fingerprint(partition, fingerprint: str):
+    return SimpleNamespace(
+        fingerprint=fingerprint, summary=partition.summary, groups=partition.groups
+    )
+
+
+def test_a_write_failure_says_what_the_folder_keeps(tmp_path):
+    sim = folder_simulation(tmp_path)
+    err = OSError(28, "No space left on device")
+    assert str(sim.folder.write_failure(err)) == (
+        f"cannot write the run's files in {tmp_path} (No space left on device); no checkpoint "
+        f"was saved yet, and every file keeps its last complete version"
+    )
+    sim.folder.checkpoint_round = 3
+    assert "; checkpoint.pt of round 3 is intact (resume=true continues" in str(
+        sim.folder.write_failure(err)
+    )
