@@ -136,6 +136,7 @@ COLLECTIVE_TESTS = (
     "a_lost_process_becomes_rank_failure_with_the_first_line_of_the_reason",
     "settle_waits_for_every_rank",
     "the_random_state_crosses_with_its_snapshot",
+    "joining_sets_up_the_runs_group_and_a_gloo_group_for_objects",
     "bytes_round_trip_onto_the_asked_device",
     "writer_is_rank_zero",
     "joining_without_the_launchers_environment_names_what_is_missing",

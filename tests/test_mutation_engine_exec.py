@@ -732,10 +732,14 @@ def test_from_writer_runs_on_rank_zero_alone_and_sends_its_value_or_its_error(mo
 def test_check_same_names_the_first_rank_that_differs(monkeypatch):
     results = on_ranks(monkeypatch, 3, lambda g: g.check_same("config", {"a": 1}))
     assert results == [None, None, None]
-    results = on_ranks(monkeypatch, 3, lambda g: g.check_same("config", {"a": g.rank // 2}))
-    for result in results:
-        assert isinstance(result, FedshareError)
-        assert str(result).startswith("process rank 2 of this run has another config than rank 0")
+    for differs, first in ((lambda r: r // 2, 2), (lambda r: min(r, 1), 1)):
+        results = on_ranks(monkeypatch, 3, lambda g, d=differs: g.check_same("seed", d(g.rank)))
+        for result in results:
+            assert isinstance(result, FedshareError)
+            assert str(result) == (
+                f"process rank {first} of this run has another seed than rank 0; every "
+                f"process of a run must start with the same command line"
+            )
 
 
 def test_a_lost_process_becomes_rank_failure_with_the_first_line_of_the_reason(monkeypatch):
@@ -783,6 +787,55 @@ def test_the_random_state_crosses_with_its_snapshot():
     distributed.restore_rng(from_bytes(to_bytes(snapshot), "cpu"), torch.device("cpu"))
     assert torch.equal(torch.rand(3), expected)
     assert set(snapshot) == {"cpu"}
+    # a CPU run ignores a device state it was sent
+    distributed.restore_rng({**snapshot, "cuda": torch.zeros(1)}, torch.device("cpu"))
+    assert torch.equal(torch.rand(3), expected)
+
+
+class JoinDist:
+    """`torch.distributed`'s set-up calls, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init_process_group(self, backend, timeout) -> None:
+        self.calls.append(("init", backend, timeout))
+
+    def new_group(self, backend) -> str:
+        self.calls.append(("new_group", backend))
+        return "objects"
+
+
+@pytest.mark.parametrize("device, local, backend", [("cpu", "1", "gloo"), ("cuda:1", "2", "nccl")])
+def test_joining_sets_up_the_runs_group_and_a_gloo_group_for_objects(
+    monkeypatch, device, local, backend
+):
+    from datetime import timedelta
+
+    fake = JoinDist()
+    monkeypatch.setattr(distributed, "dist", fake)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    chosen: list = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.delenv(distributed.LAUNCHER_PID, raising=False)
+    env = dict(RANK="1", WORLD_SIZE="3", LOCAL_RANK="0", MASTER_ADDR="h", MASTER_PORT="1")
+    for key, value in {**env, "LOCAL_WORLD_SIZE": local}.items():
+        monkeypatch.setenv(key, value)
+    group = RankGroup.join(device, timeout_s=5.0)
+    assert (group.rank, group.world, group.local_rank) == (1, 3, 0)
+    assert fake.calls[0] == ("init", backend, timedelta(seconds=5.0))
+    if backend == "gloo":
+        assert group.group is None and len(fake.calls) == 1 and chosen == []
+    else:
+        assert group.group == "objects" and fake.calls[1] == ("new_group", "gloo")
+        assert chosen == [torch.device("cuda:1")]
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    if device == "cpu":
+        RankGroup.join(device)
+        assert fake.calls[-1] == ("init", "gloo", timedelta(seconds=1800.0))
 
 
 def test_bytes_round_trip_onto_the_asked_device():
