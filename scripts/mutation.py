@@ -168,6 +168,8 @@ CLIENT_TESTS = (
     "a_used_folder_is_refused_unless_overwritten_and_a_resume_needs_one",
     "a_resume_on_another_partition_is_refused",
     "a_write_failure_says_what_the_folder_keeps",
+    "a_run_that_failed_before_a_round_keeps_no_model_and_says_why",
+    "partition_json_is_written_and_a_resume_rewrites_only_a_cut_off_one",
 )
 """Its tests of the client, its wall and the run folder (`engine_client`)."""
 

@@ -921,16 +921,18 @@ def test_nccl_only_where_each_local_process_has_a_gpu_of_its_own(monkeypatch):
 
 # ---------------------------------------------------------------------------- batched training
 def test_clip_rows_is_clip_grad_norm_per_row():
+    """Norms of about 1e-4, where clip_grad_norm_'s 1e-6 counts."""
     gen = torch.Generator().manual_seed(1)
     grads = {"a": torch.randn(3, 2, 2, generator=gen), "b": torch.randn(3, 5, generator=gen)}
+    grads = {n: g * 1e-4 for n, g in grads.items()}
     grads["a"][1] *= 0.01
     grads["b"][1] *= 0.01
-    clipped = clip_rows(grads, 1.5)
+    clipped = clip_rows(grads, 1.5e-4)
     for i in range(3):
         row = [grads["a"][i].clone().requires_grad_(), grads["b"][i].clone().requires_grad_()]
         for p in row:
             p.grad = p.detach().clone()
-        torch.nn.utils.clip_grad_norm_(row, 1.5)
+        torch.nn.utils.clip_grad_norm_(row, 1.5e-4)
         torch.testing.assert_close(clipped["a"][i], row[0].grad, rtol=1e-6, atol=0)
         torch.testing.assert_close(clipped["b"][i], row[1].grad, rtol=1e-6, atol=0)
     assert torch.equal(clipped["a"][1], grads["a"][1])  # under the norm: unchanged
@@ -1293,6 +1295,7 @@ def test_a_checkpoint_is_finished_only_with_every_round_and_a_completed_summary(
 
 def test_a_used_folder_is_refused_unless_overwritten_and_a_resume_needs_one(tmp_path, no_pictures):
     folder_simulation(tmp_path, rounds=1).run()
+    assert (tmp_path / "model.pt").exists()
     with pytest.raises(FedshareError) as err:
         folder_simulation(tmp_path, rounds=1).run()
     assert str(err.value).startswith(f"run_dir {tmp_path} already holds a run (")
@@ -1329,3 +1332,34 @@ def test_a_write_failure_says_what_the_folder_keeps(tmp_path):
     assert "; checkpoint.pt of round 3 is intact (resume=true continues" in str(
         sim.folder.write_failure(err)
     )
+
+
+@dataclass
+class FailingFirst(ProbeList):
+    name: ClassVar[str] = "failing_first"
+
+    def client_update(self, client, message):
+        raise ValueError("no")
+
+
+def test_a_run_that_failed_before_a_round_keeps_no_model_and_says_why(tmp_path, no_pictures):
+    sim = folder_simulation(tmp_path, rounds=1)
+    sim.strategy = FailingFirst()
+    with pytest.raises(ValueError):
+        sim.run()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds_completed"] == 0
+    assert not (tmp_path / "model.pt").exists() and (tmp_path / "metrics.jsonl").read_text() == ""
+
+
+def test_partition_json_is_written_and_a_resume_rewrites_only_a_cut_off_one(tmp_path, no_pictures):
+    folder_simulation(tmp_path, rounds=1).run()
+    path = tmp_path / "partition.json"
+    whole = path.read_text()
+    assert json.loads(whole)["fingerprint"]
+    path.write_text(whole[:10])
+    folder_simulation(tmp_path, rounds=2).run(resume=True)
+    assert path.read_text() == whole
+    stamp = path.stat().st_mtime_ns
+    folder_simulation(tmp_path, rounds=3).run(resume=True)
+    assert path.stat().st_mtime_ns == stamp
