@@ -441,8 +441,9 @@ def test_batched_chunks_see_the_peer_messages_of_earlier_chunks_as_serial_client
 def test_a_training_phase_without_a_batched_step_warns_once_and_runs_serially():
     sim = simulation(ProbeList(), batched=2)
     assert isinstance(sim.executor, BatchedExecutor) and sim.executor.chunk == 2
-    with pytest.warns(UserWarning, match="train.batched=2: probe_list's 'train' step"):
+    with pytest.warns(UserWarning, match="train.batched=2: probe_list's 'train' step") as said:
         sim.run_round(0)
+    assert said[0].filename.endswith("executors.py")  # the engine's loop that runs the phase
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         sim.run_round(1)
