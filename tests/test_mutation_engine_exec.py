@@ -347,8 +347,11 @@ def test_a_peer_message_to_a_later_client_of_the_step_is_refused_across_ranks():
 @pytest.mark.parametrize("receiver", [-1, NUM_CLIENTS])
 def test_a_peer_message_to_a_client_that_does_not_exist_is_refused(receiver):
     sim = simulation(ProbeList(peer=receiver))
-    with pytest.raises(RuntimeError, match=f"to client {receiver}, which does not exist"):
+    with pytest.raises(RuntimeError) as err:
         sim.run_round(0)
+    assert str(err.value).endswith(
+        f"a peer message to client {receiver}, which does not exist (clients 0…4)"
+    )
 
 
 def test_the_last_client_may_send_a_peer_message_to_the_last_client():
