@@ -113,6 +113,7 @@ EXEC_TESTS = (
     "batched_chunks_hold_chunk_clients_in_cohort_order",
     "batched_steps_come_back_in_cohort_order_routed_and_counted_as_serial_ones",
     "batched_chunks_see_the_peer_messages_of_earlier_chunks_as_serial_clients_do",
+    "a_batched_step_that_returns_fewer_updates_than_clients_is_refused",
     "a_training_phase_without_a_batched_step_warns_once_and_runs_serially",
     "a_phase_that_does_not_train_runs_serially_without_a_warning",
     "make_executor_picks_serial_batched_and_ranked",

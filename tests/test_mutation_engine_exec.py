@@ -15,6 +15,7 @@ along) run on threads over a stand-in of `torch.distributed` (`ThreadedDist`).
 
 import contextlib
 import json
+import linecache
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -441,12 +442,33 @@ def test_batched_chunks_see_the_peer_messages_of_earlier_chunks_as_serial_client
     assert without_chunks(outcome(make(2), rounds=1)) == serial
 
 
+@dataclass
+class ProbeShort(ProbeBatched):
+    """A batched step that loses its chunk's last update (a bug the engine must catch)."""
+
+    name: ClassVar[str] = "probe_short"
+
+    def client_update(self, client, message: Message) -> Update:
+        return super().client_update(client, message)
+
+    def batched_update(self, clients, message: Message) -> list[Update]:
+        return super().batched_update(clients, message)[:-1]
+
+
+def test_a_batched_step_that_returns_fewer_updates_than_clients_is_refused():
+    sim = simulation(ProbeShort(), batched=2)
+    with pytest.raises(ValueError, match="zip"):
+        sim.run_round(0)
+
+
 def test_a_training_phase_without_a_batched_step_warns_once_and_runs_serially():
     sim = simulation(ProbeList(), batched=2)
     assert isinstance(sim.executor, BatchedExecutor) and sim.executor.chunk == 2
     with pytest.warns(UserWarning, match="train.batched=2: probe_list's 'train' step") as said:
         sim.run_round(0)
-    assert said[0].filename.endswith("executors.py")  # the engine's loop that runs the phase
+    # the warning names the engine's loop over the steps, not the line that warns
+    assert said[0].filename.endswith("executors.py")
+    assert "self.steps(" in linecache.getline(said[0].filename, said[0].lineno)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         sim.run_round(1)
