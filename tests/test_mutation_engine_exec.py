@@ -928,6 +928,8 @@ class ChildFailed:
 def test_the_ranks_exit_code_when_they_all_failed_alike_else_one_sentence(capsys):
     assert distributed._failure_code(ChildFailed({0: Failure(2), 1: Failure(2)}), 2) == 2
     assert capsys.readouterr().err == ""
+    assert distributed._failure_code(ChildFailed({0: Failure(1), 1: Failure(1)}), 2) == 1
+    assert capsys.readouterr().err == ""  # each rank said why
     assert distributed._failure_code(ChildFailed({0: Failure(2), 1: Failure(1)}), 2) == 1
     assert "process rank 0 of 2 (pid 11) exited with code 2, so the run stopped" in (
         capsys.readouterr().err
