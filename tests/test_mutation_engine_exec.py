@@ -805,7 +805,10 @@ def test_settle_waits_for_every_rank(monkeypatch):
     assert distributed.dist.calls.count((0, "barrier")) == 1
 
 
-def test_the_random_state_crosses_with_its_snapshot():
+def test_the_random_state_crosses_with_its_snapshot(monkeypatch):
+    touched: list = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda *a: touched.append(a))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda *a: touched.append(a))
     torch.manual_seed(5)
     snapshot = distributed.rng_snapshot(torch.device("cpu"))
     expected = torch.rand(3)
@@ -816,6 +819,7 @@ def test_the_random_state_crosses_with_its_snapshot():
     # a CPU run ignores a device state it was sent
     distributed.restore_rng({**snapshot, "cuda": torch.zeros(1)}, torch.device("cpu"))
     assert torch.equal(torch.rand(3), expected)
+    assert touched == []  # (torch.cuda's calls are queued, not refused, without a GPU)
 
 
 class JoinDist:
