@@ -606,7 +606,7 @@ class ThreadedDist:
     def __init__(self, world: int) -> None:
         self.world = world
         self.local = threading.local()
-        self.sync = threading.Barrier(world, timeout=20)
+        self.sync = threading.Barrier(world, timeout=60)
         self.slots: dict[int, torch.Tensor] = {}
         self.mail: dict[tuple[int, int], list[torch.Tensor]] = {}
         self.lock = threading.Condition()
@@ -640,7 +640,7 @@ class ThreadedDist:
 
     def recv(self, tensor, src, group=None) -> None:
         with self.lock:
-            assert self.lock.wait_for(lambda: self.mail.get((src, self.rank)), timeout=20)
+            assert self.lock.wait_for(lambda: self.mail.get((src, self.rank)), timeout=60)
             got = self.mail[src, self.rank].pop(0)
         assert tensor.shape == got.shape
         tensor.copy_(got)
