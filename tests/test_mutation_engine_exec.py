@@ -940,6 +940,10 @@ def test_the_ranks_exit_code_when_they_all_failed_alike_else_one_sentence(capsys
     )
     assert distributed._failure_code(ChildFailed({1: Failure(-9)}), 3) == 1
     assert "process rank 1 of 3 (pid 11) was killed by SIGKILL" in capsys.readouterr().err
+    assert distributed._failure_code(ChildFailed({1: Failure(-1), 0: Failure(0)}), 2) == 1
+    assert "process rank 0 of 2 (pid 11) exited with code 0" in capsys.readouterr().err
+    assert distributed._failure_code(ChildFailed({2: Failure(-1)}), 3) == 1
+    assert "process rank 2 of 3 (pid 11) was killed by SIGHUP" in capsys.readouterr().err
     assert distributed._failure_code(ChildFailed({1: Failure(0), 0: Failure(0)}), 2) == 1
 
 
