@@ -151,6 +151,7 @@ COLLECTIVE_TESTS = (
 BATCHED_TESTS = (
     "clip_rows_is_clip_grad_norm_per_row",
     "the_stacked_optimizer_steps_each_row_as_torch_steps_that_client",
+    "stacked_adam_adds_its_epsilon_where_gradients_are_that_small",
     "a_stacked_run_trains_each_client_as_it_trains_alone",
     "a_stacked_run_without_batches_returns_zero_losses",
     "a_stacked_run_defaults_to_the_clients_batches",

@@ -1005,6 +1005,19 @@ def test_the_stacked_optimizer_steps_each_row_as_torch_steps_that_client(setting
         torch.testing.assert_close(stacked["w"][i], w.detach(), rtol=1e-5, atol=1e-6)
 
 
+def test_stacked_adam_adds_its_epsilon_where_gradients_are_that_small():
+    train = TrainConfig(optimizer="adam")
+    start, grad = torch.zeros(2, 3), torch.full((2, 3), 1e-8)
+    stacked = {"w": start.clone().requires_grad_()}
+    stacked["w"].grad = grad.clone()
+    StackedOptimizer(train, 0.1).step(stacked, slice(None))
+    w = torch.nn.Parameter(start[0].clone())
+    w.grad = grad[0].clone()
+    make_optimizer([w], train, 0.1).step()
+    torch.testing.assert_close(stacked["w"][0], w.detach(), rtol=1e-5, atol=0)
+    assert w.detach()[0].item() == pytest.approx(-0.05, rel=1e-3)  # g / (|g| + eps), eps = g
+
+
 def bn_model() -> nn.Module:
     torch.manual_seed(4)
     model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
