@@ -100,6 +100,84 @@ NO_CONFTEST = "--noconftest"
 not import torch, hypothesis and the data loaders it does not need (measured: 0.6 s of CPU
 instead of 2.9 s for the `results` entry). A selection that needs it fails the unmutated check."""
 
+EXEC_TESTS = (
+    "round_stats_average_each_key_over_the_clients_that_reported_it",
+    "the_serial_executor_routes_counts_and_keeps_in_cohort_order",
+    "ranks_give_the_one_process_result_exactly",
+    "each_rank_runs_the_clients_its_split_gives_it",
+    "a_rank_with_no_client_of_the_phase_follows_the_last_clients_random_state",
+    "batched_ranks_give_the_batched_one_process_result",
+    "a_peer_message_to_a_later_client_of_the_step_is_refused_across_ranks",
+    "a_peer_message_to_a_client_that_does_not_exist_is_refused",
+    "the_last_client_may_send_a_peer_message_to_the_last_client",
+    "an_aggregate_that_leaves_updates_unread_is_refused",
+    "the_progress_line_counts_the_clients_received",
+    "personal_messages_are_counted_for_their_receiver_and_handed_to_it",
+    "batched_chunks_hold_chunk_clients_in_cohort_order",
+    "batched_steps_come_back_in_cohort_order_routed_and_counted_as_serial_ones",
+    "batched_chunks_see_the_peer_messages_of_earlier_chunks_as_serial_clients_do",
+    "a_batched_step_that_returns_fewer_updates_than_clients_is_refused",
+    "a_training_phase_without_a_batched_step_warns_once_and_runs_serially",
+    "a_phase_that_does_not_train_runs_serially_without_a_warning",
+    "make_executor_picks_serial_batched_and_ranked",
+    "clients_are_grouped_by_architecture_the_last_clients_group_last",
+    "batched_steps_of_several_architectures_come_back_in_cohort_order",
+    "the_writer_decides_stops_and_sends_its_value_and_random_state",
+    "finish_gathers_each_processs_measurements",
+    "an_in_order_phase_runs_whole_on_every_rank",
+    "a_failed_client_step_is_raised_on_every_rank",
+)
+"""tests/test_mutation_engine_exec.py's tests of the executors (`engine_exec`)."""
+COLLECTIVE_TESTS = (
+    "gather_returns_every_ranks_object_in_rank_order_and_counts_the_bytes",
+    "one_rank_exchanges_with_nobody",
+    "a_failure_on_any_rank_is_raised_on_every_rank_the_lowest_ranks_first",
+    "an_object_that_does_not_pickle_fails_every_rank_naming_its_rank",
+    "pass_along_applies_each_ranks_step_in_rank_order",
+    "pass_along_on_one_rank_is_the_step",
+    "from_writer_runs_on_rank_zero_alone_and_sends_its_value_or_its_error",
+    "check_same_names_the_first_rank_that_differs",
+    "a_lost_process_becomes_rank_failure_with_the_first_line_of_the_reason",
+    "settle_waits_for_every_rank",
+    "the_random_state_crosses_with_its_snapshot",
+    "joining_sets_up_the_runs_group_and_a_gloo_group_for_objects",
+    "bytes_round_trip_onto_the_asked_device",
+    "writer_is_rank_zero",
+    "joining_without_the_launchers_environment_names_what_is_missing",
+    "launched_means_a_world_of_more_than_one",
+    "local_device_shares_the_gpus_among_the_processes",
+    "the_ranks_exit_code_when_they_all_failed_alike_else_one_sentence",
+    "nccl_only_where_each_local_process_has_a_gpu_of_its_own",
+)
+"""Its tests of the ranks' collectives, on threads (`engine_distributed`)."""
+
+BATCHED_TESTS = (
+    "clip_rows_is_clip_grad_norm_per_row",
+    "the_stacked_optimizer_steps_each_row_as_torch_steps_that_client",
+    "stacked_adam_adds_its_epsilon_where_gradients_are_that_small",
+    "a_stacked_run_trains_each_client_as_it_trains_alone",
+    "a_stacked_run_without_batches_returns_zero_losses",
+    "a_stacked_run_defaults_to_the_clients_batches",
+)
+"""Its tests of batched training (`engine_batched`)."""
+CLIENT_TESTS = (
+    "a_client_reaches_its_own_samples_by_position",
+    "a_clients_defaults_and_its_copies_of_what_it_was_given",
+    "a_clients_streams_learning_rate_optimizer_and_autocast",
+    "batches_shuffle_the_clients_samples_and_the_extra_ones_it_received",
+    "the_client_side_is_a_sealed_copy_set_up_without_moving_the_runs_stream",
+    "a_client_step_that_is_not_the_strategys_method_is_refused",
+    "cut_metrics_keeps_the_whole_lines_up_to_the_round",
+    "a_resumed_run_continues_exactly_and_a_finished_one_runs_nothing",
+    "a_checkpoint_is_finished_only_with_every_round_and_a_completed_summary",
+    "a_used_folder_is_refused_unless_overwritten_and_a_resume_needs_one",
+    "a_resume_on_another_partition_is_refused",
+    "a_write_failure_says_what_the_folder_keeps",
+    "a_run_that_failed_before_a_round_keeps_no_model_and_says_why",
+    "partition_json_is_written_and_a_resume_rewrites_only_a_cut_off_one",
+)
+"""Its tests of the client, its wall and the run folder (`engine_client`)."""
+
 METHODS: dict[str, Target] = {
     "fedaa": Target(
         {
@@ -1305,6 +1383,119 @@ METHODS: dict[str, Target] = {
             ),
         },
         "tests/test_fedmrl.py",
+    ),
+    # ------------------------------------------------ engine/'s executors (ninth session)
+    "engine_exec": Target(  # serial, batched and ranked executors: routing, order, the merge
+        {
+            "src/fedshare/engine/executors.py": (
+                "RoundStats.add",
+                "RoundStats.means",
+                "Executor.agree",
+                "Executor.on_writer",
+                "Executor.run_phase",
+                "Executor._begin",
+                "Executor._updates",
+                "Executor.steps",
+                "Executor.deliver",
+                "Executor.client",
+                "Executor.received",
+                "BatchedExecutor.__init__",
+                "BatchedExecutor.steps",
+                "BatchedExecutor._by_architecture",
+                "RankedExecutor.__init__",
+                "RankedExecutor.agree",
+                "RankedExecutor.on_writer",
+                "RankedExecutor.finish",
+                "RankedExecutor.processes",
+                "RankedExecutor.run_phase",
+                "RankedExecutor._shared_updates",
+                "RankedExecutor._shared_mean",
+                "make_executor",
+            ),
+        },
+        f"{NO_CONFTEST} "
+        + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in EXEC_TESTS),
+    ),
+    "engine_distributed": Target(  # the ranks' exchange: gather, pass along, the writer's value
+        {
+            "src/fedshare/engine/distributed.py": (
+                "launched",
+                "local_device",
+                "process_group_backend",
+                "to_bytes",
+                "from_bytes",
+                "RankGroup.__init__",
+                "RankGroup.is_writer",
+                "RankGroup.join",
+                "RankGroup.settle",
+                "RankGroup._collective",
+                "RankGroup._exchange",
+                "RankGroup.gather",
+                "RankGroup.pass_along",
+                "RankGroup._receive",
+                "RankGroup.from_writer",
+                "RankGroup.check_same",
+                "rng_snapshot",
+                "restore_rng",
+                "_failure_code",
+            ),
+        },
+        f"{NO_CONFTEST} "
+        + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in COLLECTIVE_TESTS),
+    ),
+    "engine_batched": Target(  # several clients' local training as one vmapped step
+        {
+            "src/fedshare/engine/batched.py": (
+                "clip_rows",
+                "StackedOptimizer.step",
+                "StackedOptimizer._momentum",
+                "StackedOptimizer._adam",
+                "stacked",
+                "StackedRun.__init__",
+                "StackedRun.run",
+                "StackedRun._groups",
+                "StackedRun._step",
+                "StackedRun.start_row",
+                "StackedRun.load_client",
+            ),
+        },
+        f"{NO_CONFTEST} "
+        + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in BATCHED_TESTS),
+    ),
+    "engine_client": Target(  # a client's data and streams, its wall, the run folder
+        {
+            "src/fedshare/engine/client.py": (
+                "Client.__init__",
+                "Client.num_samples",
+                "Client.amp_device",
+                "Client.lr",
+                "Client.rng",
+                "Client.make_optimizer",
+                "Client._global",
+                "Client.data",
+                "Client.raw",
+                "Client.labels",
+                "Client.batches",
+            ),
+            "src/fedshare/engine/client_side.py": (
+                "_sealed_class",
+                "client_side",
+                "on_client_side",
+            ),
+            "src/fedshare/engine/run_folder.py": (
+                "cut_metrics",
+                "RunFolder._open",
+                "RunFolder._stored_summary",
+                "RunFolder._states_inline",
+                "RunFolder.begin",
+                "RunFolder.save_checkpoint",
+                "RunFolder.write_results",
+                "RunFolder.cut_back",
+                "RunFolder.write_failure",
+            ),
+        },
+        f"{NO_CONFTEST} "
+        + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in CLIENT_TESTS),
     ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
