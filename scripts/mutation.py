@@ -1497,6 +1497,78 @@ METHODS: dict[str, Target] = {
         f"{NO_CONFTEST} "
         + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in CLIENT_TESTS),
     ),
+    "privacy_context": Target(  # FLea's context-identification attack (Sec. 4.4, App. D, Fig. 9(d))
+        {
+            "src/fedshare/privacy/context.py": (
+                "check_images",
+                "stamp",
+                "ContextAttack.samples_for",
+                "classifier",
+                "context_attack",
+                "train_classifier",
+                "_examples",
+                "_view",
+                "check_run_attack",
+                "run_attack_summary",
+            ),
+        },
+        f"{NO_CONFTEST}"
+        + "".join(
+            f" tests/test_mutation_privacy_rest.py::test_{name}"
+            for name in (  # fastest first
+                "images_of_at_least_7x7_with_channels_are_accepted",
+                "other_shapes_are_refused_naming_the_shape",
+                "the_stamp_is_full_intensity_at_2_7_in_channel_zero_only",
+                "samples_for_is_the_smallest_size_reaching_the_target",
+                "the_classifier_is_four_linear_layers_512_256_128_2_with_relus",
+                "a_run_attack_needs_a_sharing_strategy_images_and_sizes_of_at_least_two",
+                "the_run_summary_rounds_to_two_places_and_reads_off_90_percent",
+                "the_attacks_defaults_are_figure_9ds_setting",
+                "examples_mark_the_first_half_every_image_of_a_group_and_no_other",
+                "views_are_the_first_image_the_groups_mean_or_the_eval_mode_activations",
+                "the_features_view_needs_the_model_and_runs_with_it",
+                "a_classifier_that_cannot_learn_scores_the_share_it_gets_right",
+                "the_attacker_reads_the_marker_off_raw_images_and_scores_in_percent",
+                "train_classifier_is_adam_on_cross_entropy_one_step_per_batch_per_epoch",
+            )
+        ),
+    ),
+    "privacy_reconstruction": Target(  # FLea's reconstruction attack (Sec. 4.4, App. D, Fig. 9(c))
+        {
+            "src/fedshare/privacy/reconstruction.py": (
+                "table5_decoder",
+                "DenseDecoder.__init__",
+                "DenseDecoder.forward",
+                "unnormalised",
+                "activations",
+                "AttackResult.relative_test_mse",
+                "ridge_decoder",
+                "reconstruction_attack",
+            ),
+        },
+        f"{NO_CONFTEST}"
+        + "".join(
+            f" tests/test_mutation_privacy_rest.py::test_{name}"
+            for name in (  # fastest first
+                "the_relative_error_is_the_test_error_over_the_baselines",
+                "the_reconstruction_defaults_are_figure_9cs_setting",
+                "unnormalised_inputs_are_the_stored_ones_times_the_scale_as_floats",
+                "the_dense_decoder_is_one_linear_map_reshaped_to_the_input",
+                "table5_decoder_is_the_papers_stack_and_keeps_the_spatial_size",
+                "activations_are_the_eval_mode_encoding_in_chunks_and_the_mode_is_restored",
+                "the_attack_refuses_an_unknown_decoder_and_a_model_without_a_split",
+                "ridge_is_the_centred_primal_solution_with_the_least_leave_one_out_penalty",
+                "ridge_attack_decodes_the_split_activations_of_the_drawn_samples",
+                "sizes_are_capped_at_the_data",
+                "a_frozen_decoder_reports_its_initial_error_every_epoch",
+                "the_dense_decoder_learns_and_no_epoch_reports_nan",
+            )
+        ),
+    ),
+    "functional_transfer": Target(  # the host-to-device copy staged through pinned memory
+        {"src/fedshare/functional/transfer.py": ("to_device",)},
+        f"{NO_CONFTEST} tests/test_mutation_privacy_rest.py -k copy",
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 
