@@ -433,6 +433,7 @@ def test_the_dense_decoder_learns_and_no_epoch_reports_nan():
         model, data, train_size=20, test_size=6, epochs=4, batch_size=5, lr=1e-2, decoder="dense"
     )
     assert len(trained.curve) == 4 and trained.curve[-1] < 0.5 * trained.curve[0]
+    assert trained.train_mse == trained.curve[-1]  # the final epoch's, not the first's
     none = reconstruction_attack(model, data, train_size=20, test_size=6, epochs=0)
     assert none.curve == [] and none.train_mse != none.train_mse  # nan
 
