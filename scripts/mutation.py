@@ -1526,6 +1526,7 @@ METHODS: dict[str, Target] = {
                 "the_attacks_defaults_are_figure_9ds_setting",
                 "examples_mark_the_first_half_every_image_of_a_group_and_no_other",
                 "views_are_the_first_image_the_groups_mean_or_the_eval_mode_activations",
+                "views_normalise_each_image_by_its_own_channels",
                 "the_features_view_needs_the_model_and_runs_with_it",
                 "a_classifier_that_cannot_learn_scores_the_share_it_gets_right",
                 "the_attacker_reads_the_marker_off_raw_images_and_scores_in_percent",

@@ -210,6 +210,17 @@ def test_a_classifier_that_cannot_learn_scores_the_share_it_gets_right():
     assert expected not in (0.0, 100.0)
 
 
+def test_views_normalise_each_image_by_its_own_channels():
+    data = images(6, channels=3)
+    data.mean, data.std = (0.1, 0.2, 0.3), (0.5, 0.25, 0.125)
+    examples = data.x_train.view(2, 3, 3, 7, 7)  # as many images per group as channels
+    prepared = data.prepare(data.x_train).view(2, 3, 3, 7, 7)
+    average = context._view(data, "average", None, None)(examples)
+    torch.testing.assert_close(average, prepared.mean(1).flatten(1))
+    raw = context._view(data, "raw", None, None)(data.x_train.view(6, 1, 3, 7, 7))
+    torch.testing.assert_close(raw, data.prepare(data.x_train).flatten(1))
+
+
 def test_the_features_view_needs_the_model_and_runs_with_it():
     data = images(20)
     with pytest.raises(FedshareError, match="`features` view needs the frozen model"):
