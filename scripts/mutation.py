@@ -1497,6 +1497,56 @@ METHODS: dict[str, Target] = {
         f"{NO_CONFTEST} "
         + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in CLIENT_TESTS),
     ),
+    # ------------------------------------------- data/ (tenth session: tests/test_mutation_data.py)
+    "data_federated": Target(  # the clients' split, the server's data, the validation split
+        {
+            "src/fedshare/data/federated.py": (
+                "FederatedData.__repr__",
+                "FederatedData.server_batch",
+                "FederatedData.num_clients",
+                "FederatedData.client_sizes",
+                "FederatedData.validation_batches",
+                "FederatedData.to",
+                "resolve_num_clients",
+                "federate",
+                "carve_server_data",
+                "with_server_data",
+            ),
+            "src/fedshare/data/validation.py": (
+                "check_val_fraction",
+                "held_out",
+                "carve_validation",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data.py"
+        " -k 'val or held_out or federat or carve or resolve or server'",
+    ),
+    "data_dataset": Target(  # a batch's scaling, normalisation and augmentation; the loaders'
+        {  # shared options: labels checked, classes and subsets drawn, the synthetic clusters
+            "src/fedshare/data/dataset.py": (
+                "Augmentation.active",
+                "Dataset.input_shape",
+                "Dataset.device",
+                "Dataset.to",
+                "Dataset.prepare",
+                "Dataset.train_batch",
+                "channel_constant",
+                "augment_batch",
+            ),
+            "src/fedshare/data/datasets.py": (
+                "check_generated_sizes",
+                "check_labels",
+                "load_dataset",
+                "with_statistics",
+                "keep_classes",
+                "balanced_subset",
+                "load_synthetic",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data.py"
+        " -k 'augment or prepare or channel or check_ or statistics or keep_classes"
+        " or balanced or load_'",
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 

@@ -1,0 +1,511 @@
+"""Fast exact tests of data/ for mutation testing (docs/mutation.md, tenth session).
+
+Tiny synthetic tensors, no files and no simulation: each expected value is computed here
+from the definition (the streams `numpy_rng(seed, purpose)` replayed by hand), so a changed
+sign, bound, count or flag in federated.py, validation.py, dataset.py or datasets.py fails.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from fedshare.data.dataset import Augmentation, Dataset, augment_batch, channel_constant
+from fedshare.data.datasets import (
+    GENERATED_BYTES_LIMIT,
+    MAX_CLASSES,
+    balanced_subset,
+    check_generated_sizes,
+    check_labels,
+    keep_classes,
+    load_dataset,
+    with_statistics,
+)
+from fedshare.data.federated import (
+    carve_server_data,
+    federate,
+    resolve_num_clients,
+    with_server_data,
+)
+from fedshare.data.partitioners import Partition, fingerprint, make_partition
+from fedshare.data.validation import carve_validation, check_val_fraction, held_out
+from fedshare.engine.rng import numpy_rng
+from fedshare.errors import FedshareError
+
+# ---------------------------------------------------------------------- helpers
+
+
+def tiny_dataset(n: int = 24, classes: int = 3, test: int = 6) -> Dataset:
+    """`n` training samples whose input is their own index (labels i mod classes)."""
+    x = torch.arange(n, dtype=torch.float32)[:, None].repeat(1, 2)
+    y = torch.arange(n) % classes
+    x_test = torch.arange(test, dtype=torch.float32)[:, None].repeat(1, 2)
+    return Dataset("tiny", x, y, x_test, torch.arange(test) % classes, num_classes=classes)
+
+
+def partition_of(indices: list[list[int]], labels: np.ndarray, classes: int) -> Partition:
+    ix = [np.asarray(i, dtype=np.int64) for i in indices]
+    counts = np.stack([np.bincount(labels[i], minlength=classes) for i in ix])
+    return Partition("hand", {}, ix, classes, counts, fingerprint=fingerprint(ix))
+
+
+# ---------------------------------------------------------------------- validation.py
+
+
+def test_check_val_fraction_accepts_fractions_in_zero_one_and_refuses_the_rest():
+    assert check_val_fraction(0) == 0.0 and isinstance(check_val_fraction(0), float)
+    assert check_val_fraction(0.5) == 0.5
+    assert check_val_fraction(0.999) == 0.999
+    for bad in (True, "0.1", None):
+        with pytest.raises(FedshareError, match="is not a number"):
+            check_val_fraction(bad)
+    for bad in (1, 1.0, -0.1, 2):
+        with pytest.raises(FedshareError, match=r"must be in \[0, 1\)"):
+            check_val_fraction(bad)
+
+
+def test_held_out_rounds_half_up():
+    assert held_out(10, 0.25) == 3  # 2.5 + 0.5
+    assert held_out(10, 0.24) == 2
+    assert held_out(3, 0.5) == 2
+    assert held_out(7, 0.0) == 0
+    assert held_out(1, 0.49) == 0
+    assert held_out(100, 0.1) == 10
+
+
+def replayed_split(clients: list[list[int]], fraction: float, seed: int, server=None):
+    """The split by its definition: the stream (seed, "validation"), client after client."""
+    rng = numpy_rng(seed, "validation")
+    kept, held = [], []
+    for ix in clients:
+        ix = np.asarray(ix)
+        count = int(np.floor(fraction * len(ix) + 0.5))
+        order = rng.permutation(len(ix))
+        held += ix[order[:count]].tolist()
+        kept.append(sorted(ix[order[count:]].tolist()))
+    if server is not None:
+        order = rng.permutation(len(server))
+        count = min(int(np.floor(fraction * len(server) + 0.5)), len(server) - 1)
+        held += server[order[:count]].tolist()
+        server = sorted(server[order[count:]].tolist())
+    return kept, sorted(held), server
+
+
+def test_carve_validation_holds_out_each_clients_share_from_the_validation_stream():
+    labels = np.arange(30) % 3
+    clients = [[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [10, 11, 12, 13, 14, 15], [20, 22, 24, 26, 28]]
+    part = partition_of(clients, labels, 3)
+    split = carve_validation(part, labels, 0.3, seed=5)
+    kept, held, _ = replayed_split(clients, 0.3, 5)
+    assert [ix.tolist() for ix in split.partition.client_indices] == kept
+    assert [len(k) for k in kept] == [7, 4, 3]  # 3, 2 (1.8 + .5) and 2 (1.5 + .5) held out
+    assert split.indices.tolist() == held
+    assert split.server is None
+    expected_counts = [np.bincount(labels[k], minlength=3).tolist() for k in kept]
+    assert split.partition.class_counts.tolist() == expected_counts
+    assert split.partition.info["validation"] == {
+        "fraction": 0.3,
+        "size": 7,
+        "class_counts": np.bincount(labels[held], minlength=3).tolist(),
+    }
+    extra = {"partition": part.fingerprint, "validation": held}
+    assert split.partition.fingerprint == fingerprint(split.partition.client_indices, extra)
+    assert split.partition.fingerprint != part.fingerprint
+    other = carve_validation(part, labels, 0.3, seed=6)
+    assert other.partition.fingerprint != split.partition.fingerprint
+
+
+def test_carve_validation_takes_the_servers_share_and_leaves_it_one_sample():
+    labels = np.arange(40) % 4
+    clients = [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11, 12]]
+    part = partition_of(clients, labels, 4)
+    part.info["server_data"] = {"size": 8, "labelled": True, "class_counts": [2, 2, 2, 2]}
+    server = np.arange(30, 38)
+    split = carve_validation(part, labels, 0.25, seed=1, server=server)
+    kept, held, rest = replayed_split(clients, 0.25, 1, server)
+    assert [ix.tolist() for ix in split.partition.client_indices] == kept
+    assert split.indices.tolist() == held
+    assert split.server.tolist() == rest and len(rest) == 6
+    assert split.partition.info["server_data"] == {
+        "size": 6,
+        "labelled": True,
+        "class_counts": np.bincount(labels[rest], minlength=4).tolist(),
+    }
+    # a one-sample server keeps its sample (⌊0.5 + ½⌋ = 1 would leave it none)
+    single = carve_validation(part, labels, 0.5, seed=1, server=np.array([39]))
+    assert single.server.tolist() == [39]
+    assert 39 not in single.indices.tolist()
+    # without "server_data" in the info the server's record is not made up
+    bare = partition_of(clients, labels, 4)
+    assert "server_data" not in carve_validation(bare, labels, 0.25, 1, server).partition.info
+
+
+def test_carve_validation_refuses_a_client_left_without_training_samples():
+    labels = np.arange(10) % 2
+    part = partition_of([[0, 1, 2], [3]], labels, 2)
+    with pytest.raises(FedshareError, match=r"leaves client 1 \(1 sample\) no training"):
+        carve_validation(part, labels, 0.5, 0)
+    part = partition_of([[0, 1, 2], [3, 4]], labels, 2)
+    with pytest.raises(FedshareError, match=r"leaves client 1 \(2 samples\) no training"):
+        carve_validation(part, labels, 0.75, 0)  # ⌊1.5 + ½⌋ = 2 of 2
+    # three samples at 0.5: two held out, one kept
+    split = carve_validation(partition_of([[0, 1, 2]], labels, 2), labels, 0.5, 0)
+    assert len(split.partition.client_indices[0]) == 1 and len(split.indices) == 2
+
+
+# ---------------------------------------------------------------------- federated.py
+
+
+def test_resolve_num_clients_from_the_count_or_the_samples_per_client():
+    assert resolve_num_clients(100, 7, None) == 7
+    assert resolve_num_clients(100, 1, None) == 1
+    assert resolve_num_clients(100, None, 30) == 3
+    assert resolve_num_clients(100, 5, 1) == 100
+    assert resolve_num_clients(100, None, 100) == 1
+    for bad in (0, 101, -3):
+        with pytest.raises(FedshareError, match=f"samples_per_client={bad} must be between"):
+            resolve_num_clients(100, 5, bad)
+    for bad in (None, 0, -1):
+        with pytest.raises(FedshareError, match=f"clients.num={bad} must be a positive"):
+            resolve_num_clients(100, bad, None)
+
+
+def test_carve_server_data_is_balanced_from_its_stream_and_leaves_the_rest():
+    labels = np.arange(20) % 4
+    assert carve_server_data(labels, 0, 3)[0] is None
+    assert carve_server_data(labels, 0, 3)[1].tolist() == list(range(20))
+    server, kept = carve_server_data(labels, 8, 3)
+    expected = balanced_subset(labels, 8, numpy_rng(3, "server_data")).numpy()
+    assert server.tolist() == expected.tolist()
+    assert np.bincount(labels[server], minlength=4).tolist() == [2, 2, 2, 2]
+    assert sorted(server.tolist() + kept.tolist()) == list(range(20))
+    assert carve_server_data(labels, 19, 3)[1].size == 1
+    assert carve_server_data(labels, 1, 3)[0].size == 1
+    for bad in (20, 21, -1):
+        with pytest.raises(FedshareError, match=f"server_data.size={bad} must be between 1"):
+            carve_server_data(labels, bad, 3)
+
+
+def test_with_server_data_maps_the_clients_back_and_records_the_server():
+    labels = np.arange(12) % 3
+    kept = np.array([1, 2, 4, 5, 7, 8, 10, 11])
+    part = partition_of([[0, 3, 5], [1, 2, 4, 6, 7]], labels[kept], 3)
+    server = np.array([9, 0, 6, 3])
+    out = with_server_data(part, kept, server, labels, labelled=False)
+    assert [ix.tolist() for ix in out.client_indices] == [[1, 5, 8], [2, 4, 7, 10, 11]]
+    assert out.info["server_data"] == {"size": 4, "labelled": False, "class_counts": [4, 0, 0]}
+    extra = {"server": [0, 3, 6, 9], "transforms": None}
+    assert out.fingerprint == fingerprint(out.client_indices, extra)
+
+
+def test_federate_splits_with_the_partition_stream_and_carves_server_and_validation():
+    data = tiny_dataset(24, 3)
+    labels = data.y_train.numpy()
+    fed = federate(data, "iid", 3, seed=4, server_size=6, val_fraction=0.2)
+    server, kept = carve_server_data(labels, 6, 4)
+    part = make_partition(labels[kept], 3, {"name": "iid"}, numpy_rng(4, "partition"), 3)
+    part = with_server_data(part, kept, server, labels, True)
+    split = carve_validation(part, labels, 0.2, 4, server)
+    assert [ix.tolist() for ix in fed.client_indices] == [
+        ix.tolist() for ix in split.partition.client_indices
+    ]
+    assert fed.server_indices.tolist() == split.server.tolist()
+    assert fed.val_indices.tolist() == split.indices.tolist()
+    assert fed.partition.fingerprint == split.partition.fingerprint
+    assert fed.server_labelled and fed.num_clients == 3
+    assert fed.client_sizes == [len(ix) for ix in split.partition.client_indices]
+    plain = federate(data, {"name": "iid"}, 4, seed=4)
+    assert plain.server_indices is None and plain.val_indices is None
+    expected = make_partition(labels, 4, {"name": "iid"}, numpy_rng(4, "partition"), 3)
+    assert [ix.tolist() for ix in plain.client_indices] == [
+        ix.tolist() for ix in expected.client_indices
+    ]
+    assert federate(data, "iid", None, seed=4, samples_per_client=8).num_clients == 3
+
+
+def test_federate_refuses_a_partition_that_leaves_clients_empty():
+    data = tiny_dataset(4, 2)
+    with pytest.raises(
+        FedshareError, match=r"leaves 2 of 6 clients with no samples \(clients \[4, 5\]\);"
+    ):
+        federate(data, "iid", 6)
+    with pytest.raises(FedshareError, match=r"leaves 6 of 10 clients .*\[4, 5, 6, 7, 8\] …\)"):
+        federate(data, "iid", 10)
+    assert federate(data, "iid", 4).client_sizes == [1, 1, 1, 1]
+
+
+def test_federated_data_repr_server_batch_and_validation_batches():
+    data = tiny_dataset(24, 3)
+    fed = federate(data, "iid", 3, seed=0, server_size=6, server_labelled=False, val_fraction=0.25)
+    assert repr(fed) == (
+        "FederatedData(tiny: 24 train / 6 test, 3 classes, input 2; partition iid() over 3 "
+        f"clients, {min(fed.client_sizes)}–{max(fed.client_sizes)} samples each; server data: "
+        f"{len(fed.server_indices)} samples; validation: {len(fed.val_indices)} samples)"
+    )
+    x, y = fed.server_batch()
+    assert y is None and x[:, 0].tolist() == fed.server_indices.float().tolist()
+    labelled = federate(data, "iid", 3, seed=0, server_size=6)
+    x, y = labelled.server_batch()
+    assert y.tolist() == (labelled.server_indices % 3).tolist()
+    batches = fed.validation_batches(2)
+    ix = fed.val_indices
+    assert [len(b[0]) for b in batches] == [2] * (len(ix) // 2) + [1] * (len(ix) % 2)
+    assert torch.cat([b[0][:, 0] for b in batches]).tolist() == ix.float().tolist()
+    assert torch.cat([b[1] for b in batches]).tolist() == (ix % 3).tolist()
+    bare = federate(data, "iid", 2, seed=0)
+    assert bare.validation_batches(4) == []
+    assert "server data: none)" in repr(bare)
+    with pytest.raises(FedshareError, match=r"needs data on the server; set server_data\.size"):
+        bare.server_batch()
+    moved = fed.to("cpu")
+    assert moved.server_labelled is False
+    assert moved.server_indices.tolist() == fed.server_indices.tolist()
+    assert moved.val_indices.tolist() == fed.val_indices.tolist()
+    assert [i.tolist() for i in moved.client_indices] == [i.tolist() for i in fed.client_indices]
+    assert moved.to("cpu").val_indices is not None
+    assert bare.to("cpu").server_indices is None and bare.to("cpu").val_indices is None
+
+
+# ---------------------------------------------------------------------- dataset.py
+
+
+def image_dataset(scale: float = 1.0, mean=None, std=None, aug=None) -> Dataset:
+    x = torch.arange(2 * 2 * 3 * 4, dtype=torch.uint8).view(2, 2, 3, 4)
+    y = torch.tensor([0, 1])
+    return Dataset("img", x, y, x[:1], y[:1], 2, scale, mean, std, aug or Augmentation())
+
+
+def test_augmentation_is_active_with_a_crop_or_a_flip():
+    assert not Augmentation().active
+    assert Augmentation(crop_padding=1).active
+    assert Augmentation(horizontal_flip=True).active
+    assert Augmentation(crop_padding=2, horizontal_flip=True).active
+
+
+def test_dataset_prepare_scales_then_normalises_per_channel():
+    raw = image_dataset().x_train
+    for scale in (2.0, 0.5, 0.0):
+        assert torch.equal(image_dataset(scale).prepare(raw), raw.float() * scale)
+    assert torch.equal(image_dataset().prepare(raw), raw.float())
+    data = image_dataset(0.5, mean=(1.0, 3.0), std=(2.0, 4.0))
+    expected = raw.float() * 0.5
+    expected[:, 0] = (expected[:, 0] - 1.0) / 2.0
+    expected[:, 1] = (expected[:, 1] - 3.0) / 4.0
+    assert torch.allclose(data.prepare(raw), expected)
+    for half in (image_dataset(mean=(1.0, 3.0)), image_dataset(std=(2.0, 4.0))):
+        assert torch.equal(half.prepare(raw), raw.float())  # one constant alone: not normalised
+    x, y = data.train_batch(torch.tensor([1]))
+    assert torch.allclose(x, expected[1:]) and y.tolist() == [1]
+    assert data.input_shape == (2, 3, 4) and data.device == torch.device("cpu")
+    moved = data.to("cpu")
+    assert torch.equal(moved.x_test, data.x_test) and torch.equal(moved.y_test, data.y_test)
+
+
+def test_channel_constant_broadcasts_over_the_channels():
+    four = channel_constant((1.0, 2.0), torch.device("cpu"), torch.float32, 4)
+    assert four.shape == (1, 2, 1, 1) and four.flatten().tolist() == [1.0, 2.0]
+    assert channel_constant((1.0, 2.0), torch.device("cpu"), torch.float32, 2).shape == (1, 2)
+    assert channel_constant((1.0,), torch.device("cpu"), torch.float64, 3).dtype == torch.float64
+
+
+def test_prepare_augments_only_when_asked_and_active():
+    flip = Augmentation(horizontal_flip=True)
+    raw = image_dataset().x_train
+    data = image_dataset(aug=flip)
+    assert torch.equal(data.prepare(raw, augment=False), raw.float())
+    g = torch.Generator().manual_seed(0)
+    expected = augment_batch(raw.float(), flip, torch.Generator().manual_seed(0))
+    assert torch.equal(data.prepare(raw, augment=True, generator=g), expected)
+    assert torch.equal(image_dataset().prepare(raw, augment=True), raw.float())
+
+
+def test_augment_batch_crops_the_padded_batch_at_drawn_offsets_and_flips_half():
+    x = torch.arange(1, 5 * 2 * 3 * 4 + 1, dtype=torch.float32).view(5, 2, 3, 4)
+    for seed in range(4):
+        aug = Augmentation(crop_padding=2, horizontal_flip=True)
+        out = augment_batch(x, aug, torch.Generator().manual_seed(seed))
+        g = torch.Generator().manual_seed(seed)
+        offsets = torch.randint(0, 5, (2, 5), generator=g)
+        flips = torch.rand(5, generator=g) < 0.5
+        padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
+        for i in range(5):
+            r, c = int(offsets[0, i]), int(offsets[1, i])
+            crop = padded[i, :, r : r + 3, c : c + 4]
+            assert torch.equal(out[i], crop.flip(-1) if flips[i] else crop)
+    only_crop = augment_batch(x, Augmentation(crop_padding=1), torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(1)
+    offsets = torch.randint(0, 3, (2, 5), generator=g)
+    padded = torch.nn.functional.pad(x, (1, 1, 1, 1))
+    for i in range(5):
+        r, c = int(offsets[0, i]), int(offsets[1, i])
+        assert torch.equal(only_crop[i], padded[i, :, r : r + 3, c : c + 4])
+    only_flip = augment_batch(
+        x, Augmentation(horizontal_flip=True), torch.Generator().manual_seed(2)
+    )
+    flips = torch.rand(5, generator=torch.Generator().manual_seed(2)) < 0.5
+    assert 0 < int(flips.sum()) < 5
+    for i in range(5):
+        assert torch.equal(only_flip[i], x[i].flip(-1) if flips[i] else x[i])
+    assert torch.equal(augment_batch(x, Augmentation(), None), x)
+
+
+# ---------------------------------------------------------------------- datasets.py
+
+
+def test_check_generated_sizes_names_each_size_below_one_and_the_memory_limit():
+    check_generated_sizes("g", 1, 1, 1, 1)
+    for i, key in enumerate(("dim", "num_classes", "train_size", "test_size")):
+        sizes = [3, 3, 3, 3]
+        sizes[i] = 0
+        with pytest.raises(FedshareError, match=rf"^data\.{key}=0 is not valid: g sizes"):
+            check_generated_sizes("g", *sizes)
+    with pytest.raises(FedshareError, match=r"data\.dim=0, data\.num_classes=-1 is not"):
+        check_generated_sizes("g", 0, -1, 2, 2)
+    values = GENERATED_BYTES_LIMIT // 8  # dim 1: exactly the limit is allowed
+    check_generated_sizes("g", 1, 1, values - 2, 1)
+    check_generated_sizes("g", 1, 1, values - 3, 1, extra=1)
+    with pytest.raises(FedshareError, match=r"would need 16 GiB for g; the limit is 16 GiB"):
+        check_generated_sizes("g", 1, 1, values - 2, 1, extra=1)
+    with pytest.raises(FedshareError, match=r"would need 32 GiB"):
+        check_generated_sizes("g", 2, 1, values - 2, 1)
+
+
+def labelled(y_train, y_test, classes: int, source=None) -> Dataset:
+    x = torch.zeros(len(y_train), 1)
+    return Dataset("d", x, y_train, torch.zeros(len(y_test), 1), y_test, classes, source=source)
+
+
+def test_check_labels_refuses_non_integer_or_out_of_range_labels():
+    check_labels(labelled(torch.tensor([0, 2]), torch.tensor([1]), 3))
+    check_labels(labelled(torch.tensor([0, 0]), torch.tensor([], dtype=torch.long), 1))
+    check_labels(labelled(torch.tensor([0]), torch.tensor([0]), MAX_CLASSES))
+    for classes in (0, MAX_CLASSES + 1):
+        with pytest.raises(FedshareError, match=rf"has {classes} classes; a dataset has 1 to"):
+            check_labels(labelled(torch.tensor([0]), torch.tensor([0]), classes))
+    with pytest.raises(FedshareError, match=r"'d' \(files\): its test labels are torch.float32"):
+        check_labels(labelled(torch.tensor([0]), torch.tensor([0.0]), 2, source="files"))
+    with pytest.raises(FedshareError, match=r"its train labels are torch.bool, not integers"):
+        check_labels(labelled(torch.tensor([True]), torch.tensor([0]), 2))
+    with pytest.raises(FedshareError, match=r"its train labels range over -1\.\.\.1, outside"):
+        check_labels(labelled(torch.tensor([-1, 1]), torch.tensor([0]), 2))
+    with pytest.raises(FedshareError, match=r"its test labels range over 0\.\.\.2, outside the"):
+        check_labels(labelled(torch.tensor([0, 1]), torch.tensor([0, 2]), 2))
+
+
+def test_with_statistics_needs_both_constants_one_per_channel_and_positive_std():
+    data = image_dataset()
+    out = with_statistics(data, [1, 2], [3, 4])
+    assert out.mean == (1.0, 2.0) and out.std == (3.0, 4.0)
+    one = with_statistics(image_dataset(mean=(0.0,), std=(1.0,)), [5], [6])
+    assert one.mean == (5.0,)  # the loader's constants count the channels
+    for mean, std in ((None, [1, 1]), ([1, 1], None)):
+        with pytest.raises(FedshareError, match="give both"):
+            with_statistics(data, mean, std)
+    for mean, std in (([1], [1, 1]), ([1, 1], [1, 1, 1])):
+        with pytest.raises(FedshareError, match=r"need 2 value\(s\) each"):
+            with_statistics(data, mean, std)
+    for std in ([1, 0], [-1, 1]):
+        with pytest.raises(FedshareError, match="must be positive"):
+            with_statistics(data, [0, 0], std)
+    assert with_statistics(data, [0, 0], [1e-9, 1]).std == (1e-9, 1.0)
+
+
+def test_keep_classes_draws_classes_and_relabels_them_in_order():
+    y = torch.arange(20) % 5
+    data = Dataset(
+        "d",
+        y[:, None].float(),
+        y,
+        y[:5, None].float(),
+        y[:5],
+        5,
+        class_names=list("abcde"),
+        source="src",
+    )
+    kept = np.sort(np.random.default_rng(7).choice(5, size=3, replace=False))
+    out = keep_classes(data, 3, np.random.default_rng(7))
+    mask = np.isin(y.numpy(), kept)
+    assert out.x_train[:, 0].tolist() == y.numpy()[mask].astype(float).tolist()
+    assert out.y_train.tolist() == np.searchsorted(kept, y.numpy()[mask]).tolist()
+    assert (
+        out.y_test.tolist() == np.searchsorted(kept, y[:5].numpy()[np.isin(y[:5], kept)]).tolist()
+    )
+    assert out.num_classes == 3 and out.class_names == [list("abcde")[c] for c in kept]
+    assert out.source == f"src; classes {kept.tolist()} of 5"
+    assert keep_classes(labelled(y, y, 5), 5, np.random.default_rng(0)).source == (
+        "classes [0, 1, 2, 3, 4] of 5"
+    )
+    assert keep_classes(labelled(y, y, 5), 1, np.random.default_rng(0)).num_classes == 1
+    for bad in (0, 6):
+        with pytest.raises(FedshareError, match=f"class_subset={bad} must be between 1 and"):
+            keep_classes(data, bad, np.random.default_rng(0))
+
+
+def test_balanced_subset_shares_the_size_over_classes_and_spreads_the_shortfall():
+    labels = np.array([0] * 10 + [1] * 2 + [2] * 6)
+    chosen = balanced_subset(labels, 9, np.random.default_rng(3)).numpy()
+    assert np.bincount(labels[chosen], minlength=3).tolist() == [4, 2, 3]
+    rng = np.random.default_rng(3)
+    pools = [rng.permutation(np.flatnonzero(labels == c)) for c in range(3)]
+    assert chosen.tolist() == sorted([*pools[0][:4], *pools[1][:2], *pools[2][:3]])
+    counts = np.bincount(labels[balanced_subset(labels, 7, np.random.default_rng(0))])
+    assert counts.tolist() == [3, 2, 2]  # 7 = 3 + 2 + 2: the first classes get the extra
+    counts = np.bincount(labels[balanced_subset(labels, 14, np.random.default_rng(0))])
+    assert counts.tolist() == [7, 2, 5]  # 5+2+4, then 3 left: 2 and 1 over the open classes
+    assert balanced_subset(labels, 18, np.random.default_rng(0)).tolist() == list(range(18))
+    assert balanced_subset(labels, 40, np.random.default_rng(0)).tolist() == list(range(18))
+    assert balanced_subset(labels, 1, np.random.default_rng(0)).numel() == 1
+    for bad in (0, -2):
+        with pytest.raises(FedshareError, match=f"must be positive, got {bad}"):
+            balanced_subset(labels, bad, np.random.default_rng(0))
+
+
+SYNTHETIC = {"name": "synthetic", "dim": 3, "num_classes": 4, "train_size": 12, "test_size": 8}
+
+
+def test_load_synthetic_draws_class_clusters_from_its_data_seed():
+    cfg = {**SYNTHETIC, "noise": 0.5, "separation": 2.0, "data_seed": 9, "cache": False}
+    data = load_dataset(cfg)
+    rng = np.random.default_rng(9)
+    centres = rng.normal(0.0, 2.0 / np.sqrt(3), size=(4, 3))
+    x_train = centres[np.arange(12) % 4] + rng.normal(0.0, 0.5, size=(12, 3))
+    x_test = centres[np.arange(8) % 4] + rng.normal(0.0, 0.5, size=(8, 3))
+    assert np.allclose(data.x_train.numpy(), x_train, atol=1e-6)
+    assert np.allclose(data.x_test.numpy(), x_test, atol=1e-6)
+    assert data.y_train.tolist() == (np.arange(12) % 4).tolist()
+    assert data.y_test.tolist() == (np.arange(8) % 4).tolist()
+    assert data.num_classes == 4 and data.name == "synthetic"
+    zero = load_dataset({**cfg, "noise": 0.0})
+    assert np.allclose(zero.x_train.numpy(), centres[np.arange(12) % 4], atol=1e-6)
+    for bad in ({"noise": -0.1}, {"noise": float("inf")}, {"separation": float("nan")}):
+        with pytest.raises(FedshareError, match="must be finite"):
+            load_dataset({**cfg, **bad})
+    with pytest.raises(FedshareError, match=r"data\.dim=0 is not valid"):
+        load_dataset({**cfg, "dim": 0})
+
+
+def test_load_dataset_subsets_and_overrides_from_their_own_streams():
+    base = load_dataset(SYNTHETIC, seed=2)
+    out = load_dataset({**SYNTHETIC, "train_subset": 8, "test_subset": 4}, seed=2)
+    keep = balanced_subset(base.y_train.numpy(), 8, numpy_rng(2, "train_subset"))
+    assert torch.equal(out.x_train, base.x_train[keep])
+    keep = balanced_subset(base.y_test.numpy(), 4, numpy_rng(2, "test_subset"))
+    assert torch.equal(out.x_test, base.x_test[keep]) and torch.equal(out.y_test, base.y_test[keep])
+    full = load_dataset({**SYNTHETIC, "train_subset": 12, "test_subset": 8}, seed=2)
+    assert torch.equal(full.x_train, base.x_train) and torch.equal(full.x_test, base.x_test)
+    for split, size in (("train", 13), ("test", 9), ("train", 0), ("test", -1)):
+        with pytest.raises(FedshareError, match=rf"data\.{split}_subset={size} must be between"):
+            load_dataset({**SYNTHETIC, f"{split}_subset": size})
+    two = load_dataset({**SYNTHETIC, "class_subset": 2}, seed=2)
+    assert two.source == keep_classes(base, 2, numpy_rng(2, "class_subset")).source
+    assert two.num_classes == 2
+    stats = load_dataset({**SYNTHETIC, "mean": [1, 2, 3], "std": [1, 1, 2]})
+    assert stats.mean == (1.0, 2.0, 3.0) and stats.std == (1.0, 1.0, 2.0)
+    with pytest.raises(FedshareError, match="give both"):
+        load_dataset({**SYNTHETIC, "std": [1, 1, 1]})
+    with pytest.raises(FedshareError, match="give both"):
+        load_dataset({**SYNTHETIC, "mean": [1, 1, 1]})
+    plain = load_dataset({**SYNTHETIC, "mean": [1, 2, 3], "std": [1, 1, 2], "normalize": False})
+    assert plain.mean is None and plain.std is None
+    kept = load_dataset({**SYNTHETIC, "mean": [1, 2, 3], "std": [1, 1, 2], "normalize": True})
+    assert kept.mean == (1.0, 2.0, 3.0)
+    assert load_dataset({**SYNTHETIC, "augment": False}).augmentation == Augmentation()
