@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedshare.data import cache
 from fedshare.data.dataset import Augmentation, Dataset, augment_batch, channel_constant
 from fedshare.data.datasets import (
     GENERATED_BYTES_LIMIT,
@@ -21,6 +22,7 @@ from fedshare.data.datasets import (
     with_statistics,
 )
 from fedshare.data.federated import (
+    FederatedData,
     carve_server_data,
     federate,
     resolve_num_clients,
@@ -181,8 +183,10 @@ def test_carve_server_data_is_balanced_from_its_stream_and_leaves_the_rest():
     assert carve_server_data(labels, 19, 3)[1].size == 1
     assert carve_server_data(labels, 1, 3)[0].size == 1
     for bad in (20, 21, -1):
-        with pytest.raises(FedshareError, match=f"server_data.size={bad} must be between 1"):
+        with pytest.raises(FedshareError, match=f"server_data.size={bad} must be between 1 and"):
             carve_server_data(labels, bad, 3)
+    with pytest.raises(FedshareError, match="and the 19 training samples that would leave"):
+        carve_server_data(labels, 20, 3)
 
 
 def test_with_server_data_maps_the_clients_back_and_records_the_server():
@@ -263,6 +267,12 @@ def test_federated_data_repr_server_batch_and_validation_batches():
     assert [i.tolist() for i in moved.client_indices] == [i.tolist() for i in fed.client_indices]
     assert moved.to("cpu").val_indices is not None
     assert bare.to("cpu").server_indices is None and bare.to("cpu").val_indices is None
+
+
+def test_federated_data_repr_of_no_clients_reads_zero_samples():
+    empty = Partition("none", {"alpha": None, "k": 2}, [], 3, np.zeros((0, 3)))
+    fed = FederatedData(tiny_dataset(3, 3), empty, [])
+    assert "partition none(k=2) over 0 clients, 0–0 samples each" in repr(fed)
 
 
 # ---------------------------------------------------------------------- dataset.py
@@ -509,3 +519,90 @@ def test_load_dataset_subsets_and_overrides_from_their_own_streams():
     kept = load_dataset({**SYNTHETIC, "mean": [1, 2, 3], "std": [1, 1, 2], "normalize": True})
     assert kept.mean == (1.0, 2.0, 3.0)
     assert load_dataset({**SYNTHETIC, "augment": False}).augmentation == Augmentation()
+
+
+# ---------------------------------------------------------------------- cache.py
+
+
+def payload(value: float = 1.0) -> dict:
+    x = torch.full((2, 1), value)
+    return {"x_train": x, "y_train": torch.tensor([0, 1]), "x_test": x, "y_test": torch.tensor([1])}
+
+
+def test_cache_dir_is_the_environments_or_the_default(monkeypatch, tmp_path):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "c"))
+    assert cache.cache_dir() == tmp_path / "c"
+    monkeypatch.setenv(cache.CACHE_ENV, "")
+    assert cache.cache_dir() == cache.DEFAULT_CACHE
+    monkeypatch.delenv(cache.CACHE_ENV)
+    assert cache.cache_dir() == cache.DEFAULT_CACHE
+
+
+def test_cache_key_covers_name_options_and_each_source_files_size(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(b"12")
+    b.write_bytes(b"3")
+    rows = cache.source_signature([b, a])
+    assert [r[:2] for r in rows] == [(str(a.resolve()), 2), (str(b.resolve()), 1)]
+    assert rows[0][2] == a.stat().st_mtime_ns
+    key = cache.cache_key("d", {"v": 1}, [a, b])
+    assert len(key) == 24 and key == cache.cache_key("d", {"v": 1}, [b, a])
+    assert key != cache.cache_key("e", {"v": 1}, [a, b])
+    assert key != cache.cache_key("d", {"v": 2}, [a, b])
+    assert key != cache.cache_key("d", {"v": 1}, [a])
+    b.write_bytes(b"34")
+    assert key != cache.cache_key("d", {"v": 1}, [a, b])
+
+
+def test_cached_builds_once_then_reads_and_rebuilds_a_damaged_entry(monkeypatch, tmp_path):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    built = []
+
+    def build():
+        built.append(1)
+        return payload(float(len(built)))
+
+    assert cache.cached("d", {}, [], build, enabled=False)["x_train"][0, 0] == 1.0
+    assert not (tmp_path / "cache").exists()
+    first = cache.cached("d", {}, [], build)
+    assert first["x_train"][0, 0] == 2.0 and len(built) == 2
+    path = cache.cache_path("d", {}, [])
+    assert path.parent == tmp_path / "cache" and path.name.startswith("d-")
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert list(path.parent.iterdir()) == [path]
+    again = cache.cached("d", {}, [], build)
+    assert again["x_train"][0, 0] == 2.0 and len(built) == 2
+    path.write_bytes(b"")
+    with pytest.warns(UserWarning, match="rebuilding the corrupt dataset cache entry .*truncated"):
+        assert cache.cached("d", {}, [], build)["x_train"][0, 0] == 3.0
+    assert cache.cached("d", {}, [], build)["x_train"][0, 0] == 3.0 and len(built) == 3
+    torch.save({"x_train": torch.zeros(1)}, path)
+    with pytest.warns(UserWarning, match=r"\(not a dataset payload\)"):
+        assert cache.read_entry(path) is None
+    torch.save([1], path)
+    with pytest.warns(UserWarning, match=r"\(not a dataset payload\)"):
+        assert cache.read_entry(path) is None
+
+
+def test_cached_warns_when_it_cannot_write_and_leaves_no_temporary_file(monkeypatch, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv(cache.CACHE_ENV, str(blocked / "cache"))
+    with pytest.warns(UserWarning, match="could not write the dataset cache"):
+        assert cache.cached("d", {}, [], payload)["x_train"][0, 0] == 1.0
+
+    def failing_save(obj, fh):
+        raise OSError("disk full")
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "c2"))
+    monkeypatch.setattr(cache.torch, "save", failing_save)
+    with pytest.warns(UserWarning, match=r"could not write .*\(disk full\)"):
+        cache.cached("d", {}, [], payload)
+    assert list((tmp_path / "c2").iterdir()) == []
+
+
+def test_dataset_from_payload_takes_the_four_tensors_and_class_names():
+    data = cache.dataset_from_payload("n", {**payload(), "class_names": ["a", "b"]}, num_classes=2)
+    assert data.name == "n" and data.class_names == ["a", "b"] and data.num_classes == 2
+    assert data.y_train.tolist() == [0, 1] and data.y_test.tolist() == [1]
+    assert cache.dataset_from_payload("n", payload(), num_classes=2).class_names is None
