@@ -1547,6 +1547,44 @@ METHODS: dict[str, Target] = {
         " -k 'augment or prepare or channel or check_ or statistics or keep_classes"
         " or balanced or load_'",
     ),
+    "data_cache": Target(  # the processed-tensor cache: its key, entries, rebuild, write failure
+        {
+            "src/fedshare/data/cache.py": (
+                "cache_dir",
+                "source_signature",
+                "cache_key",
+                "cache_path",
+                "read_entry",
+                "cached",
+                "dataset_from_payload",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data.py -k 'cache or payload'",
+    ),
+    "data_files": Target(  # a file's checks and sentences; the data roots searched
+        {
+            "src/fedshare/data/files.py": (
+                "corrupt_file",
+                "gzip_problem",
+                "not_a_file",
+                "require_regular_file",
+                "read_bytes",
+                "read_text",
+                "check_npz_sizes",
+                "npz_arrays",
+                "npz_problem",
+                "read_npz",
+            ),
+            "src/fedshare/data/sources.py": (
+                "checked_root",
+                "data_roots",
+                "find_files",
+                "missing_data_error",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data.py"
+        " -k 'gzip or not_a_file or read_bytes or npz or roots'",
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 

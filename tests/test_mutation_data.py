@@ -5,11 +5,16 @@ from the definition (the streams `numpy_rng(seed, purpose)` replayed by hand), s
 sign, bound, count or flag in federated.py, validation.py, dataset.py or datasets.py fails.
 """
 
+import gzip
+import os
+import zipfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
-from fedshare.data import cache
+from fedshare.data import cache, files, sources
 from fedshare.data.dataset import Augmentation, Dataset, augment_batch, channel_constant
 from fedshare.data.datasets import (
     GENERATED_BYTES_LIMIT,
@@ -606,3 +611,104 @@ def test_dataset_from_payload_takes_the_four_tensors_and_class_names():
     assert data.name == "n" and data.class_names == ["a", "b"] and data.num_classes == 2
     assert data.y_train.tolist() == [0, 1] and data.y_test.tolist() == [1]
     assert cache.dataset_from_payload("n", payload(), num_classes=2).class_names is None
+
+
+# ---------------------------------------------------------------------- files.py, sources.py
+
+
+def test_gzip_problem_and_corrupt_file_name_what_is_wrong(tmp_path):
+    assert files.gzip_problem(EOFError()) == "truncated gzip stream"
+    assert files.gzip_problem(gzip.BadGzipFile("x")) == "not a valid gzip file: x"
+    assert files.gzip_problem(ValueError("y")) == "damaged gzip data: y"
+    err = files.corrupt_file(Path("f"), "bad", "fix it")
+    assert str(err) == "f is corrupt (bad); fix it"
+
+
+def test_not_a_file_names_folders_pipes_and_dangling_links(tmp_path):
+    regular = tmp_path / "r"
+    regular.write_text("x")
+    assert files.not_a_file(regular) is None
+    assert files.not_a_file(tmp_path / "absent") is None
+    assert files.not_a_file(tmp_path) == "a folder"
+    os.mkfifo(tmp_path / "p")
+    assert files.not_a_file(tmp_path / "p") == "a named pipe"
+    (tmp_path / "good").symlink_to(regular)
+    assert files.not_a_file(tmp_path / "good") is None
+    (tmp_path / "bad").symlink_to(tmp_path / "nowhere")
+    assert files.not_a_file(tmp_path / "bad") == "a symbolic link that loops or leads nowhere"
+    assert files.not_a_file(Path("/dev/null")) == "a device"
+    with pytest.raises(FedshareError, match=r"is not a regular file \(a folder\); put the"):
+        files.require_regular_file(tmp_path)
+    files.require_regular_file(regular)
+
+
+def test_read_bytes_and_text_decompress_gz_and_refuse_damage(tmp_path):
+    plain = tmp_path / "a.txt"
+    plain.write_bytes(b"abc")
+    packed = tmp_path / "a.txt.gz"
+    packed.write_bytes(gzip.compress(b"xyz"))
+    assert files.read_bytes(plain) == b"abc" and files.read_bytes(packed) == b"xyz"
+    assert files.read_text(packed) == "xyz"
+    cut = tmp_path / "c.gz"
+    cut.write_bytes(gzip.compress(b"xyz" * 100)[:-8])
+    with pytest.raises(FedshareError, match=r"c\.gz is corrupt \(truncated gzip stream\)"):
+        files.read_bytes(cut)
+    binary = tmp_path / "b"
+    binary.write_bytes(b"\xff\xfe")
+    with pytest.raises(FedshareError, match=r"is corrupt \(not a text file\)"):
+        files.read_text(binary)
+
+
+def test_npz_sizes_are_checked_against_the_archive_and_memory(tmp_path, monkeypatch):
+    path = tmp_path / "a.npz"
+    np.savez(path, a=np.arange(6, dtype=np.int64), b=np.zeros((2, 3), dtype=np.float32))
+    arrays = files.read_npz(path)
+    assert arrays["a"].tolist() == list(range(6)) and arrays["b"].shape == (2, 3)
+    monkeypatch.setattr(files, "available_memory", lambda: 48 + 24)
+    files.check_npz_sizes(path)  # exactly the memory available fits
+    monkeypatch.setattr(files, "available_memory", lambda: 48 + 23)
+    with pytest.raises(files.DeclaredSizeError, match="take 72 bytes, more than the 71 bytes"):
+        files.check_npz_sizes(path)
+    monkeypatch.setattr(files, "available_memory", lambda: None)
+    raw = tmp_path / "big.npy"
+    np.save(raw, np.arange(4, dtype=np.int64))
+    blob = raw.read_bytes().replace(b"(4,)", b"(9,)")
+    with zipfile.ZipFile(tmp_path / "lie.npz", "w") as archive:
+        archive.writestr("x.npy", blob)
+        archive.writestr("notes.txt", b"ignored")
+    with pytest.raises(FedshareError, match=r"array 'x' declares shape \(9,\) of int64 \(72 "):
+        files.read_npz(tmp_path / "lie.npz")
+    exact = raw.read_bytes()
+    with zipfile.ZipFile(tmp_path / "ok.npz", "w") as archive:
+        archive.writestr("x.npy", exact)
+    files.check_npz_sizes(tmp_path / "ok.npz")
+
+
+def test_npz_problem_never_advises_pickles():
+    assert files.npz_problem(files.DeclaredSizeError("d")) == "d"
+    assert files.npz_problem(ValueError("use allow_pickle=True")).startswith("an array holds")
+    bad_zip = zipfile.BadZipFile("File is not a zip file")
+    assert files.npz_problem(bad_zip) == "truncated, or not an npz (zip) archive"
+    other_zip = zipfile.BadZipFile("Bad CRC")
+    assert files.npz_problem(other_zip) == "not a readable npz archive: BadZipFile: Bad CRC"
+    assert files.npz_problem(ValueError("not a zip file")).startswith("not a readable")
+
+
+def test_data_roots_and_find_files(tmp_path, monkeypatch):
+    with pytest.raises(FedshareError, match="does not exist; point it"):
+        sources.checked_root(str(tmp_path / "none"))
+    (tmp_path / "f").write_text("")
+    with pytest.raises(FedshareError, match="is a file, not a directory"):
+        sources.checked_root(str(tmp_path / "f"))
+    assert sources.data_roots(str(tmp_path)) == [tmp_path]
+    monkeypatch.setenv(sources.DATA_ENV, str(tmp_path))
+    assert sources.data_roots(None) == [tmp_path, sources.DEFAULT_ROOT]
+    monkeypatch.setenv(sources.DATA_ENV, str(sources.DEFAULT_ROOT))
+    assert sources.data_roots(None) == [sources.DEFAULT_ROOT]
+    monkeypatch.delenv(sources.DATA_ENV)
+    assert sources.data_roots(None) == [sources.DEFAULT_ROOT]
+    (tmp_path / "a").write_text("")
+    assert sources.find_files(str(tmp_path), ["a", "f"]) == tmp_path
+    assert sources.find_files(str(tmp_path), ["a", "b"]) is None
+    err = sources.missing_data_error("d", str(tmp_path), ["x", "y"], "get it")
+    assert str(err).startswith(f"dataset 'd' not found (looked for {tmp_path / 'x'}); get it,")
