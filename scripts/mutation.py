@@ -1585,6 +1585,21 @@ METHODS: dict[str, Target] = {
         f"{NO_CONFTEST} tests/test_mutation_data.py"
         " -k 'gzip or not_a_file or read_bytes or npz or roots'",
     ),
+    "data_features": Target(  # a frozen backbone's inputs, batches, options and cache key
+        {
+            "src/fedshare/data/features.py": (
+                "Extractor.prepare",
+                "random_relu_backbone",
+                "tensor_digest",
+                "resolve_device",
+                "run_backbone",
+                "backbone_options",
+                "extract_features",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data.py -k 'extractor or random_relu or digest"
+        " or run_backbone or backbone_options or with_features'",
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 

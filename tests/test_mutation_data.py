@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedshare.data import cache, files, sources
+from fedshare.data import cache, features, files, sources
 from fedshare.data.dataset import Augmentation, Dataset, augment_batch, channel_constant
 from fedshare.data.datasets import (
     GENERATED_BYTES_LIMIT,
@@ -239,6 +239,8 @@ def test_federate_refuses_a_partition_that_leaves_clients_empty():
         federate(data, "iid", 6)
     with pytest.raises(FedshareError, match=r"leaves 6 of 10 clients .*\[4, 5, 6, 7, 8\] …\)"):
         federate(data, "iid", 10)
+    with pytest.raises(FedshareError, match=r"leaves 5 of 9 clients .*\[4, 5, 6, 7, 8\]\); use"):
+        federate(data, "iid", 9)  # five empty clients: all named, no ellipsis
     assert federate(data, "iid", 4).client_sizes == [1, 1, 1, 1]
 
 
@@ -712,3 +714,97 @@ def test_data_roots_and_find_files(tmp_path, monkeypatch):
     assert sources.find_files(str(tmp_path), ["a", "b"]) is None
     err = sources.missing_data_error("d", str(tmp_path), ["x", "y"], "get it")
     assert str(err).startswith(f"dataset 'd' not found (looked for {tmp_path / 'x'}); get it,")
+
+
+# ---------------------------------------------------------------------- features.py
+
+
+def test_extractor_prepare_scales_repeats_grey_resizes_and_normalises():
+    x = torch.arange(2 * 1 * 2 * 2, dtype=torch.uint8).view(2, 1, 2, 2)
+    plain = features.Extractor(torch.nn.Identity())
+    assert torch.equal(plain.prepare(x, 0.5), x.float() * 0.5)
+    rgb = features.Extractor(torch.nn.Identity(), (1.0, 2.0, 3.0), (2.0, 4.0, 8.0), channels=3)
+    out = rgb.prepare(x, 2.0)
+    assert out.shape == (2, 3, 2, 2)
+    for c, (m, s) in enumerate(((1.0, 2.0), (2.0, 4.0), (3.0, 8.0))):
+        assert torch.allclose(out[:, c], (x[:, 0].float() * 2.0 - m) / s)
+    half = features.Extractor(torch.nn.Identity(), (1.0,), None, channels=1)
+    assert torch.equal(half.prepare(x, 1.0), x.float())
+    same = features.Extractor(torch.nn.Identity(), channels=1)
+    assert torch.equal(same.prepare(x, 1.0), x.float())
+    flat = torch.ones(2, 5)
+    assert torch.equal(
+        rgb.prepare(flat[:, :3], 1.0),
+        (flat[:, :3] - torch.tensor([1.0, 2, 3])) / torch.tensor([2.0, 4, 8]),
+    )
+    with pytest.raises(FedshareError, match="needs 3-channel images, got 2 channels"):
+        rgb.prepare(torch.zeros(1, 2, 2, 2), 1.0)
+    big = features.Extractor(torch.nn.Identity(), resize=4).prepare(x, 1.0)
+    expected = torch.nn.functional.interpolate(x.float(), size=(4, 4), mode="bilinear")
+    assert torch.equal(big, expected)
+    assert features.Extractor(torch.nn.Identity(), resize=4).prepare(flat, 1.0).shape == (2, 5)
+
+
+def test_random_relu_is_relu_of_a_seeded_projection():
+    ex = features.random_relu_backbone((2, 3), None, None, dim=4, seed=7)
+    w = torch.randn(4, 6, generator=torch.Generator().manual_seed(7)) / 6**0.5
+    x = torch.randn(5, 2, 3)
+    assert torch.allclose(ex.module(x), torch.relu(x.flatten(1) @ w.T), atol=1e-6)
+    assert features.random_relu_backbone((3,), None, None, dim=1).module(
+        torch.ones(1, 3)
+    ).shape == (1, 1)
+    with pytest.raises(FedshareError, match=r"features_options\.dim=0 must be at least 1"):
+        features.random_relu_backbone((3,), None, None, dim=0)
+
+
+def test_tensor_digest_covers_dtype_shape_and_bytes():
+    a = torch.arange(4)
+    d = features.tensor_digest(a)
+    assert len(d) == 24 and d == features.tensor_digest(torch.arange(4))
+    assert d != features.tensor_digest(a.int())
+    assert d != features.tensor_digest(a.view(2, 2))
+    assert d != features.tensor_digest(torch.tensor([0, 1, 2, 4]))
+    assert d != features.tensor_digest(a, a)
+    assert features.resolve_device("cpu") == torch.device("cpu")
+    assert features.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_run_backbone_goes_batch_by_batch_in_order():
+    seen = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, x):
+            seen.append(len(x))
+            assert not self.training
+            return x.double() * 2
+
+    ex = features.Extractor(Spy())
+    x = torch.arange(10, dtype=torch.uint8).view(5, 2)
+    out = features.run_backbone(ex, x, 0.5, 2, torch.device("cpu"))
+    assert seen == [2, 2, 1] and out.dtype == torch.float32
+    assert torch.equal(out, x.float())
+    assert features.run_backbone(ex, x[:0], 1.0, 2, torch.device("cpu")).shape == (0, 0)
+
+
+def test_backbone_options_checks_batch_size_and_device():
+    assert features.backbone_options("random_relu", None) == (256, "auto", {})
+    assert features.backbone_options(
+        "random_relu", {"batch_size": 1, "device": "cpu", "dim": 3}
+    ) == (1, "cpu", {"dim": 3})
+    for bad in (0, True, 2.0, "8"):
+        with pytest.raises(FedshareError, match=r"batch_size=.* is not valid: it must be a whole"):
+            features.backbone_options("random_relu", {"batch_size": bad})
+    with pytest.raises(FedshareError, match=r"device=0 is not valid: it must be a device name"):
+        features.backbone_options("random_relu", {"device": 0})
+
+
+def test_load_dataset_with_features_replaces_the_inputs_by_the_backbones():
+    base = load_dataset(SYNTHETIC)
+    cfg = {**SYNTHETIC, "cache": False, "features": "random_relu"}
+    out = load_dataset({**cfg, "features_options": {"dim": 5, "seed": 3, "batch_size": 4}})
+    w = torch.randn(5, 3, generator=torch.Generator().manual_seed(3)) / 3**0.5
+    assert torch.allclose(out.x_train, torch.relu(base.x_train @ w.T), atol=1e-6)
+    assert torch.allclose(out.x_test, torch.relu(base.x_test @ w.T), atol=1e-6)
+    assert torch.equal(out.y_train, base.y_train) and torch.equal(out.y_test, base.y_test)
+    assert out.name == "synthetic+random_relu" and out.default_model == "linear"
+    assert out.num_classes == 4 and out.scale == 1.0
