@@ -229,6 +229,12 @@ def test_federate_splits_with_the_partition_stream_and_carves_server_and_validat
         ix.tolist() for ix in expected.client_indices
     ]
     assert federate(data, "iid", None, seed=4, samples_per_client=8).num_clients == 3
+    default = federate(data)  # iid over 10 clients from seed 0
+    expected = make_partition(labels, 10, {"name": "iid"}, numpy_rng(0, "partition"), 3)
+    assert [ix.tolist() for ix in default.client_indices] == [
+        ix.tolist() for ix in expected.client_indices
+    ]
+    assert default.server_indices is None and default.server_labelled
 
 
 def test_federate_refuses_a_partition_that_leaves_clients_empty():
