@@ -141,6 +141,9 @@ def test_carve_validation_takes_the_servers_share_and_leaves_it_one_sample():
     single = carve_validation(part, labels, 0.5, seed=1, server=np.array([39]))
     assert single.server.tolist() == [39]
     assert 39 not in single.indices.tolist()
+    # at 0.9 four server samples would all go (⌊3.6 + ½⌋ = 4): three go, one stays
+    most = carve_validation(partition_of([list(range(10))], labels, 4), labels, 0.9, 2, server[:4])
+    assert len(most.server) == 1 and len(most.indices) == 9 + 3
     # without "server_data" in the info the server's record is not made up
     bare = partition_of(clients, labels, 4)
     assert "server_data" not in carve_validation(bare, labels, 0.25, 1, server).partition.info
