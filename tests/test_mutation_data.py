@@ -342,6 +342,12 @@ def test_prepare_augments_only_when_asked_and_active():
     expected = augment_batch(raw.float(), flip, torch.Generator().manual_seed(0))
     assert torch.equal(data.prepare(raw, augment=True, generator=g), expected)
     assert torch.equal(image_dataset().prepare(raw, augment=True), raw.float())
+    x, y = data.train_batch(torch.tensor([0, 1]))  # no augmentation unless asked
+    assert torch.equal(x, raw.float()) and y.tolist() == [0, 1]
+    assert torch.equal(data.prepare(raw), raw.float())
+    g = torch.Generator().manual_seed(0)
+    x, _ = data.train_batch(torch.tensor([0, 1]), True, g)
+    assert torch.equal(x, expected)
 
 
 def test_augment_batch_crops_the_padded_batch_at_drawn_offsets_and_flips_half():
