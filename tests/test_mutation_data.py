@@ -823,3 +823,14 @@ def test_load_dataset_with_features_replaces_the_inputs_by_the_backbones():
     assert torch.equal(out.y_train, base.y_train) and torch.equal(out.y_test, base.y_test)
     assert out.name == "synthetic+random_relu" and out.default_model == "linear"
     assert out.num_classes == 4 and out.scale == 1.0
+
+
+def test_load_synthetic_defaults_and_the_request_is_no_option():
+    data = load_dataset({"name": "synthetic", "cache": False})
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0.0, 3.0 / np.sqrt(20), size=(10, 20))
+    x_train = centres[np.arange(2000) % 10] + rng.normal(0.0, 1.0, size=(2000, 20))
+    assert np.allclose(data.x_train.numpy(), x_train, atol=1e-5)
+    assert data.num_classes == 10 and len(data.y_test) == 1000
+    with pytest.raises(FedshareError, match="request"):
+        load_dataset({"name": "synthetic", "request": None})
