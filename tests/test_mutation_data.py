@@ -8,6 +8,7 @@ sign, bound, count or flag in federated.py, validation.py, dataset.py or dataset
 import gzip
 import os
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -834,3 +835,17 @@ def test_load_synthetic_defaults_and_the_request_is_no_option():
     assert data.num_classes == 10 and len(data.y_test) == 1000
     with pytest.raises(FedshareError, match="request"):
         load_dataset({"name": "synthetic", "request": None})
+
+
+def test_load_dataset_turns_a_loaders_augmentation_off_only_when_asked(monkeypatch):
+    from fedshare.data.datasets import DATASETS
+
+    flip = Augmentation(horizontal_flip=True)
+
+    def augmented(request):
+        return replace(load_dataset(SYNTHETIC), name="augmented", augmentation=flip)
+
+    monkeypatch.setitem(DATASETS._items, "augmented", augmented)
+    assert load_dataset({"name": "augmented"}).augmentation == flip
+    assert load_dataset({"name": "augmented", "augment": True}).augmentation == flip
+    assert load_dataset({"name": "augmented", "augment": False}).augmentation == Augmentation()
