@@ -420,7 +420,9 @@ def test_check_labels_refuses_non_integer_or_out_of_range_labels():
         check_labels(labelled(torch.tensor([True]), torch.tensor([0]), 2))
     with pytest.raises(FedshareError, match=r"its train labels range over -1\.\.\.1, outside"):
         check_labels(labelled(torch.tensor([-1, 1]), torch.tensor([0]), 2))
-    with pytest.raises(FedshareError, match=r"its test labels range over 0\.\.\.2, outside the"):
+    with pytest.raises(
+        FedshareError, match=r"its test labels range over 0\.\.\.2, outside the classes 0\.\.1; the"
+    ):
         check_labels(labelled(torch.tensor([0, 1]), torch.tensor([0, 2]), 2))
 
 
