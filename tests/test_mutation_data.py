@@ -851,3 +851,9 @@ def test_load_dataset_turns_a_loaders_augmentation_off_only_when_asked(monkeypat
     assert load_dataset({"name": "augmented"}).augmentation == flip
     assert load_dataset({"name": "augmented", "augment": True}).augmentation == flip
     assert load_dataset({"name": "augmented", "augment": False}).augmentation == Augmentation()
+
+
+def test_load_dataset_draws_subsets_from_seed_zero_by_default():
+    cfg = {**SYNTHETIC, "train_subset": 8, "class_subset": 3}
+    assert torch.equal(load_dataset(cfg).x_train, load_dataset(cfg, seed=0).x_train)
+    assert not torch.equal(load_dataset(cfg).x_train, load_dataset(cfg, seed=1).x_train)
