@@ -575,12 +575,13 @@ def test_cache_key_covers_name_options_and_each_source_files_size(tmp_path):
     assert key != cache.cache_key("e", {"v": 1}, [a, b])
     assert key != cache.cache_key("d", {"v": 2}, [a, b])
     assert key != cache.cache_key("d", {"v": 1}, [a])
+    assert cache.cache_key("d", {"v": 1, "w": 2}, []) == cache.cache_key("d", {"w": 2, "v": 1}, [])
     b.write_bytes(b"34")
     assert key != cache.cache_key("d", {"v": 1}, [a, b])
 
 
 def test_cached_builds_once_then_reads_and_rebuilds_a_damaged_entry(monkeypatch, tmp_path):
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "deep" / "cache"))  # parents made too
     built = []
 
     def build():
@@ -588,11 +589,11 @@ def test_cached_builds_once_then_reads_and_rebuilds_a_damaged_entry(monkeypatch,
         return payload(float(len(built)))
 
     assert cache.cached("d", {}, [], build, enabled=False)["x_train"][0, 0] == 1.0
-    assert not (tmp_path / "cache").exists()
+    assert not (tmp_path / "deep").exists()
     first = cache.cached("d", {}, [], build)
     assert first["x_train"][0, 0] == 2.0 and len(built) == 2
     path = cache.cache_path("d", {}, [])
-    assert path.parent == tmp_path / "cache" and path.name.startswith("d-")
+    assert path.parent == tmp_path / "deep" / "cache" and path.name.startswith("d-")
     assert path.stat().st_mode & 0o777 == 0o644
     assert list(path.parent.iterdir()) == [path]
     again = cache.cached("d", {}, [], build)
