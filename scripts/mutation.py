@@ -1570,6 +1570,109 @@ METHODS: dict[str, Target] = {
         {"src/fedshare/functional/transfer.py": ("to_device",)},
         f"{NO_CONFTEST} tests/test_mutation_privacy_rest.py -k copy",
     ),
+    # ------------------------------------------- data/ (tenth session: tests/test_mutation_data.py)
+    "data_federated": Target(  # the clients' split, the server's data, the validation split
+        {
+            "src/fedshare/data/federated.py": (
+                "FederatedData.__repr__",
+                "FederatedData.server_batch",
+                "FederatedData.num_clients",
+                "FederatedData.client_sizes",
+                "FederatedData.validation_batches",
+                "FederatedData.to",
+                "resolve_num_clients",
+                "federate",
+                "carve_server_data",
+                "with_server_data",
+            ),
+            "src/fedshare/data/validation.py": (
+                "check_val_fraction",
+                "held_out",
+                "carve_validation",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data.py"
+        " -k 'val or held_out or federat or carve or resolve or server'",
+    ),
+    "data_dataset": Target(  # a batch's scaling, normalisation and augmentation; the loaders'
+        {  # shared options: labels checked, classes and subsets drawn, the synthetic clusters
+            "src/fedshare/data/dataset.py": (
+                "Augmentation.active",
+                "Dataset.input_shape",
+                "Dataset.device",
+                "Dataset.to",
+                "Dataset.prepare",
+                "Dataset.train_batch",
+                "channel_constant",
+                "augment_batch",
+            ),
+            "src/fedshare/data/datasets.py": (
+                "check_generated_sizes",
+                "check_labels",
+                "load_dataset",
+                "with_statistics",
+                "keep_classes",
+                "balanced_subset",
+                "load_synthetic",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data.py"
+        " -k 'augment or prepare or channel or check_ or statistics or keep_classes"
+        " or balanced or load_'",
+    ),
+    "data_cache": Target(  # the processed-tensor cache: its key, entries, rebuild, write failure
+        {
+            "src/fedshare/data/cache.py": (
+                "cache_dir",
+                "source_signature",
+                "cache_key",
+                "cache_path",
+                "read_entry",
+                "cached",
+                "dataset_from_payload",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data.py -k 'cache or payload'",
+    ),
+    "data_files": Target(  # a file's checks and sentences; the data roots searched
+        {
+            "src/fedshare/data/files.py": (
+                "corrupt_file",
+                "gzip_problem",
+                "not_a_file",
+                "require_regular_file",
+                "read_bytes",
+                "read_text",
+                "check_npz_sizes",
+                "npz_arrays",
+                "npz_problem",
+                "read_npz",
+            ),
+            "src/fedshare/data/sources.py": (
+                "checked_root",
+                "data_roots",
+                "find_files",
+                "missing_data_error",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data.py"
+        " -k 'gzip or not_a_file or read_bytes or npz or roots'",
+    ),
+    "data_features": Target(  # a frozen backbone's inputs, batches, options and cache key
+        {
+            "src/fedshare/data/features.py": (
+                "Extractor.prepare",
+                "random_relu_backbone",
+                "tensor_digest",
+                "resolve_device",
+                "run_backbone",
+                "backbone_options",
+                "extract_features",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data.py -k 'extractor or random_relu or digest"
+        " or run_backbone or backbone_options or with_features'",
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 

@@ -48,8 +48,8 @@ def test_fedmrls_check_runs_the_cells_of_fedghs_own_setting_plus_fedmrl():
 
 def test_the_family_jobs_rows():
     """FedProto's table: the rows fedshare has (FeSEM, FedPer, FedRep not); FedTGP's: every row
-    but FedGen, plus local-only and FedGH; the family check: the methods without a job of their
-    own (FedGen with heads only among them), and the local-only floor."""
+    (FedGen with heads only), plus local-only and FedGH; the family check: the methods without
+    a job of their own (FedGen with heads only among them), and the local-only floor."""
     proto = load_job("fedproto/table1")
     assert [m for m, o in proto.methods.items() if o is not None] == [
         "local_only",
@@ -60,7 +60,17 @@ def test_the_family_jobs_rows():
     ]
     assert {e.method for e in entries("fedproto_table1")} >= {"fesem", "fedper", "fedrep"}
     tgp = {c.method for c in cells("fedtgp/table1", "cpu", seeds=[0])}
-    assert tgp == {"lg_fedavg", "fml", "fedkd", "fd", "fedproto", "fedtgp", "local_only", "fedgh"}
+    assert tgp == {
+        "lg_fedavg",
+        "fedgen",
+        "fml",
+        "fedkd",
+        "fd",
+        "fedproto",
+        "fedtgp",
+        "local_only",
+        "fedgh",
+    }
     family = {c.method for c in cells("hetero/family", "preset", seeds=[0])}
     assert family == {"local_only", "fd", "fml", "lg_fedavg", "fedkd", "fedmrl", "fedgen"}
 
