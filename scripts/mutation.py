@@ -1497,6 +1497,37 @@ METHODS: dict[str, Target] = {
         f"{NO_CONFTEST} "
         + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in CLIENT_TESTS),
     ),
+    "engine_rest": Target(  # the run clock, progress lines, held signals, resources, device
+        {
+            "src/fedshare/engine/client.py": ("Client.batches",),
+            "src/fedshare/engine/clock.py": (
+                "RunClock.__init__",
+                "RunClock.start",
+                "RunClock.continue_from",
+                "RunClock.stop",
+                "RunClock.elapsed",
+                "RunClock.cpu_time",
+            ),
+            "src/fedshare/engine/progress.py": (
+                "megabytes",
+                "Progress.__init__",
+                "Progress.stage",
+                "Progress.update",
+                "Progress._round_tag",
+                "Progress._postfix",
+                "Progress._print",
+            ),
+            "src/fedshare/engine/signals.py": ("signal_name", "held_signals"),
+            "src/fedshare/engine/memory.py": ("peak_memory", "cpu_seconds", "command_seconds"),
+            "src/fedshare/engine/device.py": ("uses_channels_last", "resolve_device"),
+            "src/fedshare/engine/result.py": (
+                "RunResult.accuracies",
+                "RunResult.final_accuracy",
+                "RunResult.best_accuracy",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_engine_rest.py",
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 
