@@ -1497,8 +1497,22 @@ METHODS: dict[str, Target] = {
         f"{NO_CONFTEST} "
         + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in CLIENT_TESTS),
     ),
-    "engine_rest": Target(  # the run clock, progress lines, held signals, resources, device
+    "engine_rest": Target(  # architectures, the clock, progress, held signals, resources, device
         {
+            "src/fedshare/engine/architectures.py": (
+                "ClientModels.index",
+                "ClientModels.name_of",
+                "model_entries",
+                "_labels",
+                "assign_architectures",
+                "_position",
+                "_takes_feature_dim",
+                "build_client_models",
+                "takes_client_models",
+                "refuse_strategy",
+                "Architectures.worker_of",
+                "client_architectures",
+            ),
             "src/fedshare/engine/client.py": ("Client.batches",),
             "src/fedshare/engine/clock.py": (
                 "RunClock.__init__",

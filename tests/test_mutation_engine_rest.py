@@ -13,13 +13,24 @@ import pytest
 import torch
 from torch import nn
 
-from fedshare.config import TrainConfig
+from fedshare.config import ClientsConfig, SimulationConfig, TrainConfig
 from fedshare.data.dataset import Augmentation, Dataset
 from fedshare.engine import clock, device, memory, progress
+from fedshare.engine.architectures import (
+    _labels,
+    assign_architectures,
+    build_client_models,
+    client_architectures,
+    model_entries,
+    refuse_strategy,
+    takes_client_models,
+)
 from fedshare.engine.client import Client
 from fedshare.engine.result import RunResult
+from fedshare.engine.rng import derive_seed
 from fedshare.engine.signals import held_signals, signal_name
 from fedshare.errors import FedshareError
+from fedshare.models.base import build_model, feature_width
 
 
 # ----------------------------------------------------------------- a client's augmented batches
@@ -240,3 +251,134 @@ def test_a_run_result_reads_its_history_and_summary():
     result.summary.update(final_accuracy=30.0, best_accuracy=31.0)
     assert result.accuracies == [10.0, 30.0]
     assert result.final_accuracy == 30.0 and result.best_accuracy == 31.0
+
+
+# ---------------------------------------------------------------------------- architectures
+IMAGES = Dataset(
+    "img8",
+    torch.zeros(4, 1, 8, 8),
+    torch.arange(4) % 3,
+    torch.zeros(1, 1, 8, 8),
+    torch.zeros(1, dtype=torch.long),
+    3,
+)
+CNN4 = {"name": "cnn4", "channels": (2, 2), "padding": 2}
+SMALL = {"name": "cnn_small", "channels": (2, 2), "hidden": 6}
+
+
+def run_model() -> nn.Module:
+    return build_model("mlp", IMAGES.input_shape, 3, {"hidden": (6,)})
+
+
+def test_entries_are_names_or_named_mappings_and_a_bad_one_is_named_with_the_choices():
+    assert model_entries(["mlp", {"name": "cnn4", "padding": 2}]) == [
+        ("mlp", {}),
+        ("cnn4", {"padding": 2}),
+    ]
+    for bad in ["", {"padding": 2}, 3]:
+        with pytest.raises(FedshareError, match=r"clients.models\[1\]=.* is not valid.*mlp"):
+            model_entries(["mlp", bad])
+    assert _labels(["cnn4", "mlp", "cnn4"]) == ("cnn4#0", "mlp", "cnn4#2")
+
+
+def test_clients_get_cyclic_block_random_or_listed_positions():
+    labels = ("a", "b", "c")
+    assert assign_architectures("cyclic", labels, 7, 0) == (0, 1, 2, 0, 1, 2, 0)
+    assert assign_architectures("blocks", labels, 7, 0) == (0, 0, 0, 1, 1, 2, 2)
+    order = torch.randperm(
+        7, generator=torch.Generator().manual_seed(derive_seed(4, "client_model_of"))
+    )
+    want = tuple(int(i) for i in (torch.arange(7) % 3)[order])
+    assert assign_architectures("random", labels, 7, 4) == want != (0, 1, 2, 0, 1, 2, 0)
+    assert assign_architectures([2, "a", 1, "c"], labels, 4, 0) == (2, 0, 1, 2)
+
+
+@pytest.mark.parametrize(
+    ("model_of", "message"),
+    [
+        ("round", r"clients.model_of='round' is not valid: choose cyclic, blocks, random"),
+        (3, r"clients.model_of=3 is not valid"),
+        ([0, 1], r"clients.model_of has 2 entries for 3 clients"),
+        ([0, 3, 1], r"clients.model_of\[1\]=3 is not valid: give a position 0-2 .*\(a, b, c\)"),
+        ([0, -1, 1], r"clients.model_of\[1\]=-1 is not valid"),
+        ([0, True, 1], r"clients.model_of\[1\]=True is not valid"),
+        ([0, 1, "d"], r"clients.model_of\[2\]='d' is not valid"),
+    ],
+)
+def test_a_bad_assignment_is_refused_naming_the_value_and_the_choices(model_of, message):
+    with pytest.raises(FedshareError, match=message):
+        assign_architectures(model_of, ("a", "b", "c"), 3, 0)
+
+
+def test_client_models_are_built_seeded_per_position_at_the_runs_width_leaving_the_stream():
+    shared, third = run_model(), {"name": "cnn4", "padding": 2}
+    before = torch.random.get_rng_state()
+    built = build_client_models([CNN4, SMALL, third], shared, IMAGES, 9, 5, "blocks")
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert built is not None and built.names == ("cnn4#0", "cnn_small", "cnn4#2")
+    assert built.assignment == (0, 0, 1, 1, 2) and built.index(3) == 1
+    assert built.name_of(4) == "cnn4#2"
+    for i, (model, options) in enumerate(zip(built.models, [CNN4, SMALL], strict=False)):
+        torch.manual_seed(derive_seed(9, "client_model_init", i))
+        width = {"feature_dim": 6} if options["name"] == "cnn4" else {}
+        kwargs = {k: v for k, v in options.items() if k != "name"} | width
+        want = build_model(options["name"], IMAGES.input_shape, 3, kwargs)
+        for got, expected in zip(model.parameters(), want.parameters(), strict=True):
+            assert torch.equal(got, expected)
+    assert feature_width(built.models[2], IMAGES.input_shape) == 6
+
+
+def test_no_client_models_is_none_and_a_bad_build_or_width_is_refused():
+    assert build_client_models([], run_model(), IMAGES, 0, 3) is None
+    with pytest.raises(FedshareError, match=r"clients.model_of=.blocks. needs clients.models"):
+        build_client_models([], run_model(), IMAGES, 0, 3, "blocks")
+    with pytest.raises(FedshareError, match=r"clients.models\[1\]: model 'cnn4' expects"):
+        build_client_models([CNN4, "cnn4"], run_model(), IMAGES, 0, 3)
+    with pytest.raises(FedshareError, match="'cnn4' has 5-d penultimate features"):
+        build_client_models([{**CNN4, "feature_dim": 5}], run_model(), IMAGES, 0, 3)
+
+
+class Shares:
+    name = "shares"
+
+
+class Keeps:
+    name = "keeps"
+    takes_client_models = True
+
+
+def test_a_strategy_that_shares_whole_models_is_refused_naming_those_that_can():
+    assert takes_client_models(Keeps) and not takes_client_models(Shares)
+    refuse_strategy(Keeps())  # type: ignore[arg-type]
+    with pytest.raises(FedshareError, match=r"strategy shares cannot take .*fedgen"):
+        refuse_strategy(Shares())  # type: ignore[arg-type]
+
+
+def test_each_architecture_gets_a_worker_copy_and_the_run_model_stays_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    compiled: list[nn.Module] = []
+    monkeypatch.setattr(nn.Module, "compile", lambda self: compiled.append(self))
+    config = SimulationConfig(
+        clients=ClientsConfig(num=4, per_round=2, models=[CNN4, SMALL]),
+        memory_format="channels_last",
+        train=TrainConfig(compile=True),
+    )
+    runs = client_architectures(Keeps(), config, run_model(), IMAGES, 4)  # type: ignore[arg-type]
+    assert runs.models is not None and len(runs.workers) == 2
+    for model, worker in zip(runs.models.models, runs.workers, strict=True):
+        assert worker is not model
+        for got, built in zip(worker.parameters(), model.parameters(), strict=True):
+            assert torch.equal(got, built)
+    conv = [p for p in runs.models.models[0].parameters() if p.dim() == 4][-1]
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    assert compiled == list(runs.workers)
+    default = nn.Linear(1, 1)
+    assert (
+        runs.worker_of(3, default) is runs.workers[1]
+        and runs.worker_of(2, default) is runs.workers[0]
+    )
+    plain = client_architectures(Shares(), SimulationConfig(), run_model(), IMAGES, 4)  # type: ignore[arg-type]
+    assert plain.models is None and plain.workers == () and plain.worker_of(1, default) is default
+    with pytest.raises(FedshareError, match="strategy shares cannot take"):
+        client_architectures(Shares(), config, run_model(), IMAGES, 4)  # type: ignore[arg-type]
