@@ -1534,6 +1534,7 @@ METHODS: dict[str, Target] = {
             "src/fedshare/engine/signals.py": ("signal_name", "held_signals"),
             "src/fedshare/engine/memory.py": ("peak_memory", "cpu_seconds", "command_seconds"),
             "src/fedshare/engine/device.py": ("uses_channels_last", "resolve_device"),
+            "src/fedshare/engine/setup.py": ("set_up",),
             "src/fedshare/engine/result.py": (
                 "RunResult.accuracies",
                 "RunResult.final_accuracy",

@@ -6,8 +6,10 @@ import io
 import os
 import signal
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 import torch
@@ -15,7 +17,7 @@ from torch import nn
 
 from fedshare.config import ClientsConfig, SimulationConfig, TrainConfig
 from fedshare.data.dataset import Augmentation, Dataset
-from fedshare.engine import clock, device, memory, progress
+from fedshare.engine import clock, device, memory, progress, setup
 from fedshare.engine.architectures import (
     _labels,
     assign_architectures,
@@ -31,6 +33,7 @@ from fedshare.engine.rng import derive_seed
 from fedshare.engine.signals import held_signals, signal_name
 from fedshare.errors import FedshareError
 from fedshare.models.base import build_model, feature_width
+from fedshare.strategies.base import SetupContext, Strategy
 
 
 # ----------------------------------------------------------------- a client's augmented batches
@@ -382,3 +385,41 @@ def test_each_architecture_gets_a_worker_copy_and_the_run_model_stays_the_defaul
     assert plain.models is None and plain.workers == () and plain.worker_of(1, default) is default
     with pytest.raises(FedshareError, match="strategy shares cannot take"):
         client_architectures(Shares(), config, run_model(), IMAGES, 4)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- set-up before round 0
+@dataclass
+class Recorded(Strategy):
+    name: ClassVar[str] = "recorded"
+
+    def setup(self, ctx: SetupContext) -> None:
+        self.ctx = ctx
+
+
+def test_set_up_gives_the_server_the_run_and_checks_a_context_attack_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    checks: list[tuple] = []
+    monkeypatch.setattr(setup, "check_run_attack", lambda *args: checks.append(args))
+    sim = SimpleNamespace(
+        strategy=Recorded(),
+        config=SimulationConfig(seed=6),
+        data=SimpleNamespace(dataset=IMAGES, num_clients=4),
+        model=run_model(),
+        worker=run_model(),
+        device=torch.device("cpu"),
+        stage=print,
+        architectures=SimpleNamespace(models=None),
+    )
+    replica = setup.set_up(sim)  # type: ignore[arg-type]
+    ctx = sim.strategy.ctx
+    assert (ctx.model, ctx.data, ctx.config, ctx.on_stage) == (
+        sim.model,
+        sim.data,
+        sim.config,
+        print,
+    )
+    assert checks == [] and replica is not sim.strategy and isinstance(replica, Recorded)
+    sim.config.eval.context_attack = [8]
+    setup.set_up(sim)  # type: ignore[arg-type]
+    assert checks == [(sim.strategy.context_view(), "recorded", (1, 8, 8), [8])]
