@@ -18,6 +18,7 @@ from torch import nn
 from fedshare.config import ClientsConfig, SimulationConfig, TrainConfig
 from fedshare.data.dataset import Augmentation, Dataset
 from fedshare.engine import clock, device, memory, progress, setup
+from fedshare.engine.accounting import Traffic
 from fedshare.engine.architectures import (
     _labels,
     assign_architectures,
@@ -27,9 +28,11 @@ from fedshare.engine.architectures import (
     refuse_strategy,
     takes_client_models,
 )
+from fedshare.engine.checkpoint import rng_state
 from fedshare.engine.client import Client
 from fedshare.engine.result import RunResult
 from fedshare.engine.rng import derive_seed
+from fedshare.engine.run_folder import RunFolder
 from fedshare.engine.signals import held_signals, signal_name
 from fedshare.errors import FedshareError
 from fedshare.models.base import build_model, feature_width
@@ -423,3 +426,81 @@ def test_set_up_gives_the_server_the_run_and_checks_a_context_attack_only_when_a
     sim.config.eval.context_attack = [8]
     setup.set_up(sim)  # type: ignore[arg-type]
     assert checks == [(sim.strategy.context_view(), "recorded", (1, 8, 8), [8])]
+
+
+# ------------------------------------------------------------------ the run folder's restore
+class Calls:
+    """Records every method called on it, with its arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __getattr__(self, name: str):
+        return lambda *args: self.calls.append((name, args))
+
+
+def folderless_run() -> SimpleNamespace:
+    parts = ("strategy", "client_states", "kept", "inboxes", "clock")
+    return SimpleNamespace(dir=None, device=torch.device("cpu"), **{p: Calls() for p in parts})
+
+
+def checkpoint_state(**changes) -> dict:
+    torch.manual_seed(3)
+    state = {
+        "strategy": {"w": 1},
+        "history": [{"round": 1, "accuracy": 5.0}],
+        "rounds_completed": 2,
+        "traffic": {"bytes_up": 7, "bytes_peer": 3},
+        "client_states": {"c": 1},
+        "kept_messages": {"k": 2},
+        "inboxes": {"i": 3},
+        "wall_time_s": 5,
+        "cpu_time_s": 2,
+        "rng": rng_state(),
+    }
+    return {**state, **changes}
+
+
+def test_begin_restores_the_run_from_an_inline_checkpoint():
+    sim = folderless_run()
+    folder = RunFolder(sim)  # type: ignore[arg-type]
+    state = checkpoint_state()
+    torch.manual_seed(0)
+    folder.begin(state)
+    assert torch.equal(torch.get_rng_state(), state["rng"]["torch"])
+    assert sim.history == state["history"] and sim.history is not state["history"]
+    assert sim.rounds_completed == sim.rounds_recorded == folder.checkpoint_round == 2
+    assert sim.traffic == Traffic(bytes_up=7, bytes_peer=3)
+    assert sim.strategy.calls == [("load_state_dict", ({"w": 1},))]
+    assert sim.client_states.calls == [("load_state_dict", ({"c": 1},)), ("mark_all_changed", ())]
+    assert sim.kept.calls == [("load_state_dict", ({"k": 2}, sim.device))]
+    assert sim.inboxes.calls == [("load_state_dict", ({"i": 3}, sim.device))]
+    assert sim.clock.calls == [("continue_from", (5.0, 2.0))]
+
+
+def test_begin_marks_inline_states_changed_only_where_no_segment_holds_them():
+    sim = folderless_run()
+    folder = RunFolder(sim)  # type: ignore[arg-type]
+    old = {k: v for k, v in checkpoint_state().items() if k not in ("cpu_time_s", "inboxes")}
+    folder.state_log = SimpleNamespace(segments=[1])  # type: ignore[assignment]
+    folder.begin(old)
+    assert sim.client_states.calls == [("load_state_dict", ({"c": 1},))]
+    assert sim.inboxes.calls == [("load_state_dict", ({}, sim.device))]
+    assert sim.clock.calls == [("continue_from", (5.0, None))]
+    sim = folderless_run()
+    folder = RunFolder(sim)  # type: ignore[arg-type]
+    folder.state_log = SimpleNamespace(segments=[], load=lambda segments: {"read": segments})  # type: ignore[assignment]
+    folder.begin(checkpoint_state(client_state_segments=[4]))
+    assert sim.client_states.calls == [("load_state_dict", ({"read": [4]},))]
+
+
+def test_a_new_run_without_a_folder_restores_nothing_and_a_cut_back_does_nothing():
+    sim = folderless_run()
+    folder = RunFolder(sim)  # type: ignore[arg-type]
+    folder.begin(None)
+    folder.cut_back(3)
+    assert not hasattr(sim, "history") and folder.checkpoint_round == 0
+    assert all(getattr(sim, p).calls == [] for p in ("strategy", "client_states", "clock"))
+    assert folder._states_inline(None) is None
+    inline = {"rounds_completed": 1, "client_states": {}}
+    assert folder._states_inline(inline) is inline
