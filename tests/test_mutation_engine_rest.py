@@ -148,6 +148,22 @@ def test_a_stage_prints_a_heartbeat_only_after_heartbeat_seconds_without_a_line(
     assert out.getvalue().count("\n") == 1
 
 
+def test_a_terminal_gets_a_bar_whose_postfix_follows_the_accuracy_and_the_stage(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    out = io.StringIO()
+    bar = progress.Progress(5, 2, True, "fedavg", stream=out, terminal=True)
+    assert bar.bar is not None and not bar.lines and bar.bar.n == 2
+    bar.update(3, {"accuracy": 50.0}, 10)
+    assert bar.bar.n == 3 and bar.bar.postfix == "acc=50.00" and bar.round == 3
+    bar.stage("train: 1/4 clients")
+    assert bar.bar.postfix == "acc=50.00, train: 1/4 clients"
+    bar.close()
+    assert out.getvalue() == ""
+    monkeypatch.setattr(progress.sys, "stderr", io.StringIO())  # no terminal
+    assert progress.Progress(5, 0, True, "x", stream=out).lines
+
+
 def test_a_disabled_progress_is_silent(wall: Ticks):
     out = io.StringIO()
     quiet = progress.Progress(3, 0, False, "x", stream=out, terminal=False)
@@ -197,13 +213,20 @@ def usage(maxrss: int, user: float, system: float) -> SimpleNamespace:
 def test_peak_memory_is_the_high_water_mark_in_mb_and_cpu_seconds_add_self_and_children(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    uses = {memory.resource.RUSAGE_SELF: usage(3 * 2**10 + 512, 1.5, 0.25)}
+    uses = {memory.resource.RUSAGE_SELF: usage(3 * 2**10 + 60, 1.5, 0.25)}
     uses[memory.resource.RUSAGE_CHILDREN] = usage(0, 2.0, 0.125)
     monkeypatch.setattr(memory.resource, "getrusage", uses.__getitem__)
     monkeypatch.setattr(memory.sys, "platform", "linux")
-    assert memory.peak_memory(torch.device("cpu")) == {"peak_rss_mb": 3.5}
+    assert memory.peak_memory(torch.device("cpu")) == {"peak_rss_mb": 3.1}
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 5 * 2**20 + 2**17)
+    assert memory.peak_memory(torch.device("cuda")) == {
+        "peak_rss_mb": 3.1,
+        "cuda_max_allocated_mb": 5.1,
+    }
     monkeypatch.setattr(memory.sys, "platform", "darwin")
-    assert memory.peak_memory(torch.device("cpu")) == {"peak_rss_mb": round(3584 / 2**20, 1)}
+    assert memory.peak_memory(torch.device("cpu")) == {"peak_rss_mb": 0.0}
+    uses[memory.resource.RUSAGE_SELF] = usage(3 * 2**20 + 2**17, 1.5, 0.25)
+    assert memory.peak_memory(torch.device("cpu")) == {"peak_rss_mb": 3.1}
     assert memory.cpu_seconds() == 3.875
 
 
