@@ -177,6 +177,13 @@ CLIENT_TESTS = (
     "partition_json_is_written_and_a_resume_rewrites_only_a_cut_off_one",
 )
 """Its tests of the client, its wall and the run folder (`engine_client`)."""
+RUN_FOLDER_TESTS = (
+    "begin_restores_the_run_from_an_inline_checkpoint",
+    "begin_marks_inline_states_changed_only_where_no_segment_holds_them",
+    "a_new_run_without_a_folder_restores_nothing_and_a_cut_back_does_nothing",
+    "states_inline_reads_a_checkpoints_segments_into_it",
+)
+"""tests/test_mutation_engine_rest.py's run-folder tests, run first (`engine_client`)."""
 
 METHODS: dict[str, Target] = {
     "fedaa": Target(
@@ -1495,6 +1502,8 @@ METHODS: dict[str, Target] = {
             ),
         },
         f"{NO_CONFTEST} "
+        + " ".join(f"tests/test_mutation_engine_rest.py::test_{name}" for name in RUN_FOLDER_TESTS)
+        + " "
         + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in CLIENT_TESTS),
     ),
     "engine_rest": Target(  # architectures, the clock, progress, held signals, resources, device

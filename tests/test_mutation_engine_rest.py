@@ -527,3 +527,14 @@ def test_a_new_run_without_a_folder_restores_nothing_and_a_cut_back_does_nothing
     assert folder._states_inline(None) is None
     inline = {"rounds_completed": 1, "client_states": {}}
     assert folder._states_inline(inline) is inline
+
+
+def test_states_inline_reads_a_checkpoints_segments_into_it():
+    folder = RunFolder(folderless_run())  # type: ignore[arg-type]
+    folder.state_log = SimpleNamespace(load=lambda segments: {"read": segments})  # type: ignore[assignment]
+    state = {"rounds_completed": 1, "client_state_segments": [4, 5]}
+    assert folder._states_inline(state) == {
+        "rounds_completed": 1,
+        "client_states": {"read": [4, 5]},
+    }
+    assert state == {"rounds_completed": 1, "client_state_segments": [4, 5]}
