@@ -182,6 +182,7 @@ RUN_FOLDER_TESTS = (
     "begin_marks_inline_states_changed_only_where_no_segment_holds_them",
     "a_new_run_without_a_folder_restores_nothing_and_a_cut_back_does_nothing",
     "states_inline_reads_a_checkpoints_segments_into_it",
+    "cut_back_cuts_the_folders_metrics_after_the_round_and_skips_a_missing_file",
 )
 """tests/test_mutation_engine_rest.py's run-folder tests, run first (`engine_client`)."""
 

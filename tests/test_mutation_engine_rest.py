@@ -538,3 +538,16 @@ def test_states_inline_reads_a_checkpoints_segments_into_it():
         "client_states": {"read": [4, 5]},
     }
     assert state == {"rounds_completed": 1, "client_state_segments": [4, 5]}
+
+
+def test_cut_back_cuts_the_folders_metrics_after_the_round_and_skips_a_missing_file(
+    tmp_path: Path,
+):
+    metrics = tmp_path / "metrics.jsonl"
+    sim = SimpleNamespace(dir=SimpleNamespace(path=tmp_path, metrics_path=metrics))
+    folder = RunFolder(sim)  # type: ignore[arg-type]
+    folder.cut_back(2)
+    assert not metrics.exists()
+    metrics.write_text("".join(f'{{"round": {r}}}\n' for r in (1, 2, 3)))
+    folder.cut_back(2)
+    assert metrics.read_text() == '{"round": 1}\n{"round": 2}\n'
