@@ -1523,7 +1523,9 @@ METHODS: dict[str, Target] = {
                 "Architectures.worker_of",
                 "client_architectures",
             ),
-            "src/fedshare/engine/client.py": ("Client.batches",),
+            "src/fedshare/engine/device.py": ("uses_channels_last", "resolve_device"),
+            "src/fedshare/engine/setup.py": ("set_up",),
+            "src/fedshare/engine/signals.py": ("signal_name", "held_signals"),
             "src/fedshare/engine/clock.py": (
                 "RunClock.__init__",
                 "RunClock.start",
@@ -1532,6 +1534,8 @@ METHODS: dict[str, Target] = {
                 "RunClock.elapsed",
                 "RunClock.cpu_time",
             ),
+            "src/fedshare/engine/client.py": ("Client.batches",),
+            "src/fedshare/engine/memory.py": ("peak_memory", "cpu_seconds", "command_seconds"),
             "src/fedshare/engine/progress.py": (
                 "megabytes",
                 "Progress.__init__",
@@ -1541,10 +1545,6 @@ METHODS: dict[str, Target] = {
                 "Progress._postfix",
                 "Progress._print",
             ),
-            "src/fedshare/engine/signals.py": ("signal_name", "held_signals"),
-            "src/fedshare/engine/memory.py": ("peak_memory", "cpu_seconds", "command_seconds"),
-            "src/fedshare/engine/device.py": ("uses_channels_last", "resolve_device"),
-            "src/fedshare/engine/setup.py": ("set_up",),
             "src/fedshare/engine/result.py": (
                 "RunResult.accuracies",
                 "RunResult.final_accuracy",
