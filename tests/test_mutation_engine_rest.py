@@ -44,20 +44,24 @@ def image_client() -> Client:
     x = torch.arange(8 * 16, dtype=torch.uint8).view(8, 1, 4, 4)
     y = torch.arange(8) % 2
     data = Dataset("img", x, y, x[:2], y[:2], 2, scale=1 / 255, augmentation=Augmentation(1, True))
-    return Client(0, 1, torch.arange(8), data, nn.Linear(16, 2), TrainConfig(batch_size=4), 5)
+    return Client(
+        0, 1, torch.arange(8), data, nn.Linear(16, 2), TrainConfig(batch_size=4, local_epochs=2), 5
+    )
 
 
 def all_batches(client: Client, **kwargs) -> list[torch.Tensor]:
-    return [x for x, _ in client.batches(epochs=1, **kwargs)]
+    return [x for x, _ in client.batches(**kwargs)]
 
 
 def test_batches_augment_by_default_with_and_without_received_samples():
     client = image_client()
     extra = (torch.zeros(2, 1, 4, 4, dtype=torch.uint8) + 7, torch.tensor([0, 1]))
+    assert len(all_batches(client, epochs=1)) == 2 and len(all_batches(client, batch_size=8)) == 2
     for kwargs in ({}, {"extra": extra}):
         default = all_batches(client, **kwargs)
         augmented = all_batches(client, augment=True, **kwargs)
         plain = all_batches(client, augment=False, **kwargs)
+        assert len(default) == (6 if kwargs else 4)  # local_epochs passes, the last one short
         assert all(torch.equal(a, b) for a, b in zip(default, augmented, strict=True))
         assert not all(torch.equal(a, b) for a, b in zip(default, plain, strict=True))
 
