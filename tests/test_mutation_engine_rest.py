@@ -183,6 +183,7 @@ def test_the_bars_postfix_shows_the_accuracy_and_the_stage():
     line.accuracy = 12.345
     assert line._postfix("train") == "acc=12.35, train" and line._postfix(None) == "acc=12.35"
     assert progress.megabytes(1_234_567) == "1.23 MB"
+    assert progress.megabytes(10**12) == "1000000.00 MB"
 
 
 # ---------------------------------------------------------------------------- held stop signals
