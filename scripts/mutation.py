@@ -177,6 +177,14 @@ CLIENT_TESTS = (
     "partition_json_is_written_and_a_resume_rewrites_only_a_cut_off_one",
 )
 """Its tests of the client, its wall and the run folder (`engine_client`)."""
+RUN_FOLDER_TESTS = (
+    "begin_restores_the_run_from_an_inline_checkpoint",
+    "begin_marks_inline_states_changed_only_where_no_segment_holds_them",
+    "a_new_run_without_a_folder_restores_nothing_and_a_cut_back_does_nothing",
+    "states_inline_reads_a_checkpoints_segments_into_it",
+    "cut_back_cuts_the_folders_metrics_after_the_round_and_skips_a_missing_file",
+)
+"""tests/test_mutation_engine_rest.py's run-folder tests, run first (`engine_client`)."""
 
 METHODS: dict[str, Target] = {
     "fedaa": Target(
@@ -1495,6 +1503,8 @@ METHODS: dict[str, Target] = {
             ),
         },
         f"{NO_CONFTEST} "
+        + " ".join(f"tests/test_mutation_engine_rest.py::test_{name}" for name in RUN_FOLDER_TESTS)
+        + " "
         + " ".join(f"tests/test_mutation_engine_exec.py::test_{name}" for name in CLIENT_TESTS),
     ),
     "privacy_context": Target(  # FLea's context-identification attack (Sec. 4.4, App. D, Fig. 9(d))
@@ -1672,6 +1682,52 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_data.py -k 'extractor or random_relu or digest"
         " or run_backbone or backbone_options or with_features'",
+    ),
+    "engine_rest": Target(  # architectures, the clock, progress, held signals, resources, device
+        {
+            "src/fedshare/engine/architectures.py": (
+                "ClientModels.index",
+                "ClientModels.name_of",
+                "model_entries",
+                "_labels",
+                "assign_architectures",
+                "_position",
+                "_takes_feature_dim",
+                "build_client_models",
+                "takes_client_models",
+                "refuse_strategy",
+                "Architectures.worker_of",
+                "client_architectures",
+            ),
+            "src/fedshare/engine/device.py": ("uses_channels_last", "resolve_device"),
+            "src/fedshare/engine/setup.py": ("set_up",),
+            "src/fedshare/engine/signals.py": ("signal_name", "held_signals"),
+            "src/fedshare/engine/clock.py": (
+                "RunClock.__init__",
+                "RunClock.start",
+                "RunClock.continue_from",
+                "RunClock.stop",
+                "RunClock.elapsed",
+                "RunClock.cpu_time",
+            ),
+            "src/fedshare/engine/client.py": ("Client.batches",),
+            "src/fedshare/engine/memory.py": ("peak_memory", "cpu_seconds", "command_seconds"),
+            "src/fedshare/engine/progress.py": (
+                "megabytes",
+                "Progress.__init__",
+                "Progress.stage",
+                "Progress.update",
+                "Progress._round_tag",
+                "Progress._postfix",
+                "Progress._print",
+            ),
+            "src/fedshare/engine/result.py": (
+                "RunResult.accuracies",
+                "RunResult.final_accuracy",
+                "RunResult.best_accuracy",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_engine_rest.py",
     ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
