@@ -882,7 +882,9 @@ METHODS: dict[str, Target] = {
                 "_all_needed",
             ),
         },
-        f"{NO_CONFTEST} tests/test_mutation_engine_loop.py",
+        f"{NO_CONFTEST} tests/test_mutation_engine_loop.py"
+        " tests/test_personal_eval.py::"
+        "test_a_client_whose_classes_have_no_test_sample_is_refused_before_round_0",
     ),
     "engine_records": Target(  # summary.json's sums, kept messages, state segments, the mean
         {
