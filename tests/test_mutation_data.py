@@ -627,6 +627,31 @@ def test_cached_warns_when_it_cannot_write_and_leaves_no_temporary_file(monkeypa
     assert list((tmp_path / "c2").iterdir()) == []
 
 
+class NotATensor:
+    """An object that only an unsafe (pickle) load accepts, for `read_entry`'s safe load."""
+
+
+def test_a_cache_entry_is_read_weights_only_refusing_any_other_object(tmp_path):
+    path = tmp_path / "entry.pt"
+    torch.save({**payload(), "extra": NotATensor()}, path)
+    with pytest.warns(UserWarning, match="rebuilding the corrupt dataset cache entry"):
+        assert cache.read_entry(path) is None
+
+
+def test_cache_warnings_point_at_the_caller_of_cached(monkeypatch, tmp_path):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "c"))
+    cache.cached("d", {}, [], payload)
+    cache.cache_path("d", {}, []).write_bytes(b"")
+    with pytest.warns(UserWarning, match="rebuilding") as caught:
+        cache.cached("d", {}, [], payload)
+    assert [w.filename for w in caught] == [__file__]
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv(cache.CACHE_ENV, str(blocked / "cache"))
+    with pytest.warns(UserWarning, match="could not write") as caught:
+        cache.cached("d", {}, [], payload)
+    assert [w.filename for w in caught] == [__file__]
+
 def test_dataset_from_payload_takes_the_four_tensors_and_class_names():
     data = cache.dataset_from_payload("n", {**payload(), "class_names": ["a", "b"]}, num_classes=2)
     assert data.name == "n" and data.class_names == ["a", "b"] and data.num_classes == 2
