@@ -652,6 +652,7 @@ def test_cache_warnings_point_at_the_caller_of_cached(monkeypatch, tmp_path):
         cache.cached("d", {}, [], payload)
     assert [w.filename for w in caught] == [__file__]
 
+
 def test_dataset_from_payload_takes_the_four_tensors_and_class_names():
     data = cache.dataset_from_payload("n", {**payload(), "class_names": ["a", "b"]}, num_classes=2)
     assert data.name == "n" and data.class_names == ["a", "b"] and data.num_classes == 2
