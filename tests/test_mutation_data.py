@@ -400,6 +400,8 @@ def test_check_generated_sizes_names_each_size_below_one_and_the_memory_limit():
         check_generated_sizes("g", 1, 1, values - 2, 1, extra=1)
     with pytest.raises(FedshareError, match=r"would need 32 GiB"):
         check_generated_sizes("g", 2, 1, values - 2, 1)
+    with pytest.raises(FedshareError, match=r"would need 16 GiB"):  # one value past, no extra
+        check_generated_sizes("g", 1, 1, values - 1, 1)
 
 
 def labelled(y_train, y_test, classes: int, source=None) -> Dataset:
@@ -489,6 +491,10 @@ def test_balanced_subset_shares_the_size_over_classes_and_spreads_the_shortfall(
     assert balanced_subset(labels, 18, np.random.default_rng(0)).tolist() == list(range(18))
     assert balanced_subset(labels, 40, np.random.default_rng(0)).tolist() == list(range(18))
     assert balanced_subset(labels, 1, np.random.default_rng(0)).numel() == 1
+    # a class capped in a later pass: 4 + 1 + 4 first, then 1 (not 2) more of class 0's five
+    capped = np.array([0] * 5 + [1] * 1 + [2] * 100)
+    counts = np.bincount(capped[balanced_subset(capped, 12, np.random.default_rng(0))])
+    assert counts.tolist() == [5, 1, 6]
     for bad in (0, -2):
         with pytest.raises(FedshareError, match=f"must be positive, got {bad}"):
             balanced_subset(labels, bad, np.random.default_rng(0))
@@ -527,6 +533,8 @@ def test_load_dataset_subsets_and_overrides_from_their_own_streams():
     assert torch.equal(out.x_test, base.x_test[keep]) and torch.equal(out.y_test, base.y_test[keep])
     full = load_dataset({**SYNTHETIC, "train_subset": 12, "test_subset": 8}, seed=2)
     assert torch.equal(full.x_train, base.x_train) and torch.equal(full.x_test, base.x_test)
+    one = load_dataset({**SYNTHETIC, "train_subset": 1, "test_subset": 1}, seed=2)
+    assert len(one.y_train) == 1 and len(one.y_test) == 1
     for split, size in (("train", 13), ("test", 9), ("train", 0), ("test", -1)):
         with pytest.raises(FedshareError, match=rf"data\.{split}_subset={size} must be between"):
             load_dataset({**SYNTHETIC, f"{split}_subset": size})
@@ -884,3 +892,21 @@ def test_load_dataset_draws_subsets_from_seed_zero_by_default():
     cfg = {**SYNTHETIC, "train_subset": 8, "class_subset": 3}
     assert torch.equal(load_dataset(cfg).x_train, load_dataset(cfg, seed=0).x_train)
     assert not torch.equal(load_dataset(cfg).x_train, load_dataset(cfg, seed=1).x_train)
+
+
+def test_load_dataset_asks_its_loader_for_the_cache_and_no_download_by_default(monkeypatch):
+    from fedshare.data.datasets import DATASETS
+
+    requests = []
+
+    def recording(request):
+        requests.append(request)
+        return load_dataset(SYNTHETIC)
+
+    monkeypatch.setitem(DATASETS._items, "recording", recording)
+    load_dataset({"name": "recording"})
+    load_dataset({"name": "recording", "root": "r", "download": True, "cache": False})
+    assert [(r.root, r.download, r.cache) for r in requests] == [
+        (None, False, True),
+        ("r", True, False),
+    ]
