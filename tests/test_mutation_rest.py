@@ -210,6 +210,13 @@ def test_describe_names_unnamed_groups_by_number_up_to_the_largest():
     ]
 
 
+def test_describe_lists_the_named_groups_when_a_partitioner_names_fewer_than_it_uses():
+    lines = small_partition(group_names=["g0"]).describe().split("\n")
+    assert lines[6] == "groups g0: 2 clients"
+    spare = small_partition(group_names=["g0", "g1", "g2"]).describe().split("\n")
+    assert spare[6] == "groups g0: 2 clients, g1: 1 clients, g2: 0 clients"
+
+
 def test_describe_widens_the_columns_to_the_largest_count():
     big = small_partition(
         client_indices=[np.arange(12345), np.array([0])],
