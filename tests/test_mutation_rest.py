@@ -19,9 +19,12 @@ from fedshare.data.pathological import label_set_coverage
 from fedshare.data.shift import apply_domain_shift, check_transform, transform_name
 from fedshare.engine.accounting import Traffic
 from fedshare.engine.batched import StackedOptimizer, StackedRun, _LossOf, grad_of, stacked
+from fedshare.engine.client import Client
+from fedshare.engine.executors import Executor
 from fedshare.engine.kept_messages import Inboxes, KeptMessages
 from fedshare.engine.messages import Message
 from fedshare.errors import FedshareError
+from fedshare.metrics.separability import davies_bouldin
 
 
 # ------------------------------------------------------------ data/shift.py: transform specs
@@ -448,6 +451,39 @@ def test_kept_messages_state_keeps_each_phases_messages_and_who_holds_them():
         5: {"distribute": 0},
     }
     assert state["messages"]["distribute"][0]["payload"].keys() == {"p0"}
+
+
+class BatchNormBody(nn.Module):
+    """A model whose features differ between train and eval mode (BatchNorm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.body = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def test_local_separability_scores_the_clients_model_in_eval_mode_on_its_data_and_the_test_set():
+    x_train = torch.tensor([[0, 1], [1, 0], [4, 5], [6, 4], [9, 9], [2, 8]], dtype=torch.uint8)
+    y_train = torch.tensor([0, 0, 1, 1, 0, 1])
+    x_test = torch.tensor([[1, 1], [7, 6], [3, 9], [8, 2]], dtype=torch.uint8)
+    y_test = torch.tensor([1, 1, 0, 1])
+    data = Dataset("d", x_train, y_train, x_test, y_test, 2, scale=0.5, mean=(1.0,), std=(2.0,))
+    model = BatchNormBody().train()
+    client = Client(0, 1, torch.tensor([0, 1, 2, 3, 4]), data, model, TrainConfig(), 3)
+    executor = Executor(SimpleNamespace(data=SimpleNamespace(dataset=data)))
+    got = executor._local_separability(client)
+    assert model.training  # the mode is restored
+    with torch.no_grad():
+        model.eval()
+        own = model.features((x_train[:5].float() * 0.5 - 1) / 2)
+        test = model.features((x_test.float() * 0.5 - 1) / 2)
+    assert got == {
+        "local_train_davies_bouldin": davies_bouldin(own, y_train[:5]),
+        "local_test_davies_bouldin": davies_bouldin(test, y_test),
+    }
 
 
 def test_traffic_as_dict_names_every_total():
