@@ -1731,6 +1731,47 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_engine_rest.py",
     ),
+    # ----------------------- what earlier entries left unlisted (eleventh session, mutrest)
+    "data_rest": Target(  # covariate-shift specs and domains, describe, coverage, the α check
+        {
+            "src/fedshare/data/shift.py": (
+                "check_transform",
+                "transform_name",
+                "apply_domain_shift",
+            ),
+            "src/fedshare/data/partitioners.py": ("Partition.describe",),
+            "src/fedshare/data/pathological.py": ("label_set_coverage",),
+            "src/fedshare/data/label_skew.py": ("_check_alpha",),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_rest.py",
+    ),
+    "engine_small": Target(  # stacked rows and optimizer slots; kept messages; traffic record
+        {
+            "src/fedshare/engine/batched.py": (
+                "grad_of",
+                "StackedOptimizer._steps",
+                "StackedOptimizer._slot",
+                "_LossOf.__init__",
+                "_LossOf.forward",
+                "stacked",
+                "StackedRun.__init__",
+                "StackedRun.start_row",
+                "StackedRun.load_client",
+            ),
+            "src/fedshare/engine/kept_messages.py": (
+                "KeptMessages.bytes_held",
+                "_stored_bytes",
+                "_message_state",
+                "Inboxes.post",
+                "Inboxes.bytes_held",
+                "Inboxes.state_dict",
+                "Inboxes.load_state_dict",
+            ),
+            "src/fedshare/engine/executors.py": ("Executor._local_separability",),
+            "src/fedshare/engine/accounting.py": ("Traffic.as_dict",),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_rest.py",
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 
