@@ -739,6 +739,13 @@ def test_npz_sizes_are_checked_against_the_archive_and_memory(tmp_path, monkeypa
     files.check_npz_sizes(tmp_path / "ok.npz")
 
 
+def test_read_npz_refuses_an_array_of_pickled_objects(tmp_path):
+    path = tmp_path / "objects.npz"
+    np.savez(path, x=np.array([{"a": "b" * 64}], dtype=object))
+    with pytest.raises(FedshareError, match="pickled Python objects, which are never loaded"):
+        files.read_npz(path)
+
+
 def test_npz_problem_never_advises_pickles():
     assert files.npz_problem(files.DeclaredSizeError("d")) == "d"
     assert files.npz_problem(ValueError("use allow_pickle=True")).startswith("an array holds")
