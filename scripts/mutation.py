@@ -1683,7 +1683,7 @@ METHODS: dict[str, Target] = {
             ),
         },
         f"{NO_CONFTEST} tests/test_mutation_data.py -k 'extractor or random_relu or digest"
-        " or run_backbone or backbone_options or with_features'",
+        " or run_backbone or backbone_options or with_features or extract_features'",
     ),
     "engine_rest": Target(  # architectures, the clock, progress, held signals, resources, device
         {

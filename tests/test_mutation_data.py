@@ -798,7 +798,10 @@ def test_extractor_prepare_scales_repeats_grey_resizes_and_normalises():
         (flat[:, :3] - torch.tensor([1.0, 2, 3])) / torch.tensor([2.0, 4, 8]),
     )
     with pytest.raises(FedshareError, match="needs 3-channel images, got 2 channels"):
-        rgb.prepare(torch.zeros(1, 2, 2, 2), 1.0)
+        rgb.prepare(torch.zeros(1, 2, 4, 5), 1.0)
+    repeat = features.Extractor(torch.nn.Identity(), channels=3)  # channels are dim 1 only
+    assert repeat.prepare(torch.ones(3, 1, 3, 3), 1.0).shape == (3, 3, 3, 3)
+    assert repeat.prepare(torch.ones(2, 1, 3, 3), 1.0).shape == (2, 3, 3, 3)
     big = features.Extractor(torch.nn.Identity(), resize=4).prepare(x, 1.0)
     expected = torch.nn.functional.interpolate(x.float(), size=(4, 4), mode="bilinear")
     assert torch.equal(big, expected)
@@ -815,6 +818,9 @@ def test_random_relu_is_relu_of_a_seeded_projection():
     ).shape == (1, 1)
     with pytest.raises(FedshareError, match=r"features_options\.dim=0 must be at least 1"):
         features.random_relu_backbone((3,), None, None, dim=0)
+    default = features.random_relu_backbone((2,), None, None).module[1].weight  # 128, seed 1234
+    w = torch.randn(128, 2, generator=torch.Generator().manual_seed(1234)) / 2**0.5
+    assert torch.equal(default, w)
 
 
 def test_tensor_digest_covers_dtype_shape_and_bytes():
@@ -917,3 +923,21 @@ def test_load_dataset_asks_its_loader_for_the_cache_and_no_download_by_default(m
         (None, False, True),
         ("r", True, False),
     ]
+
+
+def test_extract_features_hands_the_weights_on_and_logs_the_seconds_taken(monkeypatch, caplog):
+    given = []
+
+    def recording(input_shape, weights, root, **options):
+        given.append(weights)
+        return features.random_relu_backbone(input_shape, weights, root, dim=2)
+
+    monkeypatch.setitem(features.BACKBONES._items, "recording", recording)
+    clock = iter([10.0, 12.5, 0.0, 0.0])
+    monkeypatch.setattr(features.time, "perf_counter", lambda: next(clock))
+    cfg = {**SYNTHETIC, "cache": False, "features": "recording"}
+    with caplog.at_level("INFO", logger=features.log.name):
+        load_dataset(cfg)
+    assert "features of synthetic by recording: (12, 2) in 2.5s" in caplog.text
+    load_dataset({**cfg, "features_weights": Path("w.pt")})
+    assert given == [None, "w.pt"]
