@@ -862,6 +862,9 @@ def test_backbone_options_checks_batch_size_and_device():
             features.backbone_options("random_relu", {"batch_size": bad})
     with pytest.raises(FedshareError, match=r"device=0 is not valid: it must be a device name"):
         features.backbone_options("random_relu", {"device": 0})
+    for taken in ("input_shape", "weights", "root"):  # the factory's own arguments
+        with pytest.raises(FedshareError, match=taken):
+            features.backbone_options("random_relu", {taken: "x"})
 
 
 def test_load_dataset_with_features_replaces_the_inputs_by_the_backbones():
