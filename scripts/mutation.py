@@ -1735,6 +1735,7 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_engine_rest.py",
     ),
+    # ------------------------- the functions left unlisted (eleventh session, mutsmall)
     "reproduce_stored": Target(  # reproduce's cells from run folders or a stored file
         {
             "src/fedshare/reproduce/measure.py": (
