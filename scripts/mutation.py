@@ -186,6 +186,10 @@ RUN_FOLDER_TESTS = (
 )
 """tests/test_mutation_engine_rest.py's run-folder tests, run first (`engine_client`)."""
 
+REPRODUCE_STORED_TESTS = "stored or measure or read_name"
+"""tests/test_mutation_small.py's tests of reproduce's stored cells (`reproduce_stored`); the
+file's other tests are `library_small`'s."""
+
 METHODS: dict[str, Target] = {
     "fedaa": Target(
         {
@@ -1771,6 +1775,76 @@ METHODS: dict[str, Target] = {
             "src/fedshare/engine/accounting.py": ("Traffic.as_dict",),
         },
         f"{NO_CONFTEST} tests/test_mutation_rest.py",
+    ),
+    # ------------------------- the functions left unlisted (eleventh session, mutsmall)
+    "reproduce_stored": Target(  # reproduce's cells from run folders or a stored file
+        {
+            "src/fedshare/reproduce/measure.py": (
+                "measure",
+                "_read_name",
+                "_per_seed",
+                "load_stored",
+                "write_stored",
+                "_add_stored",
+                "stored_cells",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_small.py -k '{REPRODUCE_STORED_TESTS}'",
+    ),
+    "library_small": Target(  # the small functions no other entry lists
+        {
+            "src/fedshare/data/files.py": ("available_memory",),
+            "src/fedshare/data/label_skew.py": ("_num_classes",),
+            "src/fedshare/data/pathological.py": ("_num_classes",),
+            "src/fedshare/privacy/dp.py": ("_phi",),
+            "src/fedshare/privacy/exposure.py": (
+                "ExposureTracker.__init__",
+                "ExposureTracker.num_clients",
+                "ExposureTracker.state_dict",
+                "ExposureTracker.load_state_dict",
+            ),
+            "src/fedshare/functional/gmm.py": (
+                "GaussianMixture.n_components",
+                "GaussianMixture.dim",
+                "GaussianMixture.num_params",
+            ),
+            "src/fedshare/functional/class_gaussians.py": ("PooledClassGaussians.__init__",),
+            "src/fedshare/functional/prototypes.py": ("PrototypeAverager.__init__",),
+            "src/fedshare/results/rundir.py": ("RunDirectory.__init__",),
+            "src/fedshare/engine/checkpoint.py": ("unreadable_checkpoint",),
+            "src/fedshare/engine/client.py": (
+                "Client.device",
+                "Client.num_classes",
+                "Client.scale",
+                "Client.prepare",
+            ),
+            "src/fedshare/engine/client_state.py": (
+                "ClientStates.__init__",
+                "ClientStates.get",
+                "ClientStates.items",
+            ),
+            "src/fedshare/engine/progress.py": ("Progress.close",),
+            "src/fedshare/engine/run_folder.py": (
+                "RunFolder.__init__",
+                "RunFolder.dir",
+                "RunFolder.open",
+            ),
+            "src/fedshare/engine/executors.py": (
+                "Executor.__init__",
+                "Executor.processes",
+                "RankedExecutor._updates",
+            ),
+            "src/fedshare/engine/distributed.py": ("RankGroup.close",),
+            "src/fedshare/engine/simulation.py": (
+                "Simulation._setup",
+                "Simulation.save_checkpoint",
+                "Simulation.elapsed",
+                "Simulation.cpu_time",
+                "Simulation.summary",
+                "Simulation._default_record",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_small.py -k 'not ({REPRODUCE_STORED_TESTS})'",
     ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
