@@ -100,6 +100,19 @@ NO_CONFTEST = "--noconftest"
 not import torch, hypothesis and the data loaders it does not need (measured: 0.6 s of CPU
 instead of 2.9 s for the `results` entry). A selection that needs it fails the unmutated check."""
 
+FEDPFT_GMM_TESTS = " ".join(
+    f"tests/test_fedpft.py::test_{name}"
+    for name in (
+        "synthesis_draws_round_n_times_multiplier_at_least_one_from_each_pairs_stream",
+        "local_mixtures_fit_each_class_and_report_drops_and_mean_em_iterations",
+        "dp_releases_one_gaussian_per_class_of_at_least_two_samples_without_em",
+        "engine_bytes_equal_the_formula",
+        "shrink_policy_and_per_client_components",
+        "fedpft_is_deterministic_and_seed_dependent",
+    )
+)
+"""FedPFT's tests that use functional/gmm.py (after tests/test_gmm.py in `functional_gmm`)."""
+
 EXEC_TESTS = (
     "round_stats_average_each_key_over_the_clients_that_reported_it",
     "the_serial_executor_routes_counts_and_keeps_in_cohort_order",
@@ -1845,6 +1858,45 @@ METHODS: dict[str, Target] = {
             ),
         },
         f"{NO_CONFTEST} tests/test_mutation_small.py -k 'not ({REPRODUCE_STORED_TESTS})'",
+    ),
+    # ------------------------------------------------ FedPFT's GMMs again (eleventh session)
+    "functional_gmm": Target(  # fedpft's gmm.py functions, fast: the GMM tests, then FedPFT's
+        {
+            "src/fedshare/functional/gmm.py": (
+                "GaussianMixture.full_covariances",
+                "GaussianMixture.log_prob",
+                "GaussianMixture.sample",
+                "_component_log_prob",
+                "_m_step",
+                "kmeans_labels",
+                "fit_gmm",
+                "point_mass",
+                "unpack_mixtures",
+            ),
+        },
+        f"{NO_CONFTEST} "
+        + " ".join(
+            f"tests/test_gmm.py::test_{name}"
+            for name in (
+                "em_steps_from_the_kmeans_start_and_stops_on_tol_or_max_iter",
+                "single_component_is_the_closed_form",
+                "fit_is_determined_by_the_generator",
+                "too_few_samples_is_a_clear_error",
+                "sampling_reproduces_the_moments",
+                "a_singular_full_covariance_samples_finite_points_on_its_line",
+                "a_single_sample_fits_one_component_at_it",
+                "mixture_counts_follow_the_weights",
+                "wire_round_trip_and_byte_count",
+                "float16_weights_are_renormalised_and_covariances_sanitised",
+                "point_mass_for_a_single_sample",
+                "point_mass_is_one_component_at_the_mean_with_variance_reg_covar",
+                "server_sanitation_clamps_negative_weights_and_spreads_a_zero_total",
+                "component_parameter_counts",
+                "em_matches_scikit_learn_likelihood",
+            )
+        )
+        + " "
+        + FEDPFT_GMM_TESTS,
     ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
