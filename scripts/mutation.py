@@ -1892,6 +1892,8 @@ METHODS: dict[str, Target] = {
                 "point_mass_is_one_component_at_the_mean_with_variance_reg_covar",
                 "server_sanitation_clamps_negative_weights_and_spreads_a_zero_total",
                 "component_parameter_counts",
+                "kmeans_seeds_by_squared_distance_then_assigns_each_point_to_its_nearest_seed",
+                "em_with_no_iteration_returns_the_kmeans_start",
                 "em_matches_scikit_learn_likelihood",
             )
         )

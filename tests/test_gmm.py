@@ -241,3 +241,32 @@ def test_component_parameter_counts() -> None:
     expected = {2048: (2_100_225, 4097, 2050), 768: (296_065, 1537, 770), 512: (131_841, 1025, 514)}
     for d, counts in expected.items():
         assert tuple(component_params(d, c) for c in COVARIANCE_TYPES) == counts
+
+
+def test_kmeans_seeds_by_squared_distance_then_assigns_each_point_to_its_nearest_seed() -> None:
+    """k-means++ (Arthur & Vassilvitskii 2007): a first centre uniformly, each next one drawn
+    with probability ∝ D(x)², the squared distance to the nearest centre so far; then Lloyd's
+    steps (none with max_iter = 0: the labels are the nearest seeds)."""
+    x = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0], [5.0, 5.0], [6.0, 5.0], [9.0, 1.0]])
+    x = x.double()
+    for seed in range(6):
+        gen = torch.Generator().manual_seed(seed)
+        chosen = [int(torch.randint(len(x), (1,), generator=gen)[0])]
+        for _ in range(2):
+            d2 = torch.tensor(
+                [min(float(((p - x[c]) ** 2).sum()) for c in chosen) for p in x],
+                dtype=torch.float64,
+            )
+            chosen.append(int(torch.multinomial(d2 / d2.sum(), 1, generator=gen)[0]))
+        nearest = [min(range(3), key=lambda j: float(((p - x[chosen[j]]) ** 2).sum())) for p in x]
+        labels = kmeans_labels(x, 3, torch.Generator().manual_seed(seed), max_iter=0)
+        assert labels.tolist() == nearest, seed
+
+
+def test_em_with_no_iteration_returns_the_kmeans_start() -> None:
+    x = torch.tensor(clustered(60, 2))
+    fitted, info = fit_gmm(x, 3, "diag", max_iter=0, generator=torch.Generator().manual_seed(1))
+    labels = kmeans_labels(x, 3, torch.Generator().manual_seed(1))
+    start = _m_step(x, torch.nn.functional.one_hot(labels, 3).double(), "diag", 1e-6)
+    assert (info.n_iter, info.converged, info.mean_log_likelihood) == (0, False, -np.inf)
+    torch.testing.assert_close(fitted.means, start.means, rtol=0, atol=0)
