@@ -1894,6 +1894,8 @@ METHODS: dict[str, Target] = {
                 "component_parameter_counts",
                 "kmeans_seeds_by_squared_distance_then_assigns_each_point_to_its_nearest_seed",
                 "em_with_no_iteration_returns_the_kmeans_start",
+                "kmeans_runs_lloyds_steps_from_the_seeds_until_no_label_changes",
+                "a_payload_whose_lists_disagree_in_length_is_refused",
                 "em_matches_scikit_learn_likelihood",
             )
         )

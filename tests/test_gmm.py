@@ -263,6 +263,54 @@ def test_kmeans_seeds_by_squared_distance_then_assigns_each_point_to_its_nearest
         assert labels.tolist() == nearest, seed
 
 
+def reference_kmeans(x: torch.Tensor, k: int, seed: int, max_iter: int) -> list[int]:
+    """k-means++ then Lloyd's steps, written out point by point: a centre is the mean of its
+    points (an empty cluster keeps its centre); stop when no label changes."""
+    gen = torch.Generator().manual_seed(seed)
+    points = [p for p in x]
+
+    def d2(p: torch.Tensor, c: torch.Tensor) -> float:
+        return float(((p - c) ** 2).sum())
+
+    centres = [points[int(torch.randint(len(x), (1,), generator=gen)[0])]]
+    for _ in range(1, k):
+        dist = torch.tensor([min(d2(p, c) for c in centres) for p in points], dtype=x.dtype)
+        if float(dist.sum()) > 0:
+            centres.append(points[int(torch.multinomial(dist / dist.sum(), 1, generator=gen)[0])])
+        else:
+            centres.append(points[int(torch.randint(len(x), (1,), generator=gen)[0])])
+
+    def nearest() -> list[int]:
+        return [min(range(k), key=lambda j: d2(p, centres[j])) for p in points]
+
+    labels = nearest()
+    for _ in range(max_iter):
+        for j in range(k):
+            members = [p for p, label in zip(points, labels, strict=True) if label == j]
+            if members:
+                centres[j] = torch.stack(members).mean(0)
+        new = nearest()
+        if new == labels:
+            break
+        labels = new
+    return labels
+
+
+def test_kmeans_runs_lloyds_steps_from_the_seeds_until_no_label_changes() -> None:
+    # small: total squared distance < 1; data seed 20 has a cluster left with one point that
+    # is not its centre (seed 3)
+    rng = np.random.default_rng(20)
+    x = torch.tensor(rng.normal(0.0, 0.05, size=(9, 2)))
+    for seed in range(8):
+        for max_iter in (1, 2, 100):
+            got = kmeans_labels(x, 4, torch.Generator().manual_seed(seed), max_iter=max_iter)
+            assert got.tolist() == reference_kmeans(x, 4, seed, max_iter), (seed, max_iter)
+    twins = torch.tensor([[0.0, 0.0]] * 3 + [[1.0, 1.0]] * 2, dtype=torch.float64)
+    for seed in range(8):  # two distinct points, three clusters: the third seed drawn uniformly
+        got = kmeans_labels(twins, 3, torch.Generator().manual_seed(seed))
+        assert got.tolist() == reference_kmeans(twins, 3, seed, 100), seed
+
+
 def test_em_with_no_iteration_returns_the_kmeans_start() -> None:
     x = torch.tensor(clustered(60, 2))
     fitted, info = fit_gmm(x, 3, "diag", max_iter=0, generator=torch.Generator().manual_seed(1))
@@ -270,3 +318,10 @@ def test_em_with_no_iteration_returns_the_kmeans_start() -> None:
     start = _m_step(x, torch.nn.functional.one_hot(labels, 3).double(), "diag", 1e-6)
     assert (info.n_iter, info.converged, info.mean_log_likelihood) == (0, False, -np.inf)
     torch.testing.assert_close(fitted.means, start.means, rtol=0, atol=0)
+
+
+def test_a_payload_whose_lists_disagree_in_length_is_refused() -> None:
+    payload = pack_mixtures([(0, 3, fit_gmm(torch.randn(3, 2), 1)[0])], "diag")
+    payload["gmm_counts"] = payload["gmm_counts"][:0]
+    with pytest.raises(ValueError):
+        unpack_mixtures(payload, "diag")
