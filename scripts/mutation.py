@@ -1896,6 +1896,7 @@ METHODS: dict[str, Target] = {
                 "em_with_no_iteration_returns_the_kmeans_start",
                 "kmeans_runs_lloyds_steps_from_the_seeds_until_no_label_changes",
                 "a_payload_whose_lists_disagree_in_length_is_refused",
+                "m_step_adds_ten_machine_epsilons_to_each_components_mass",
                 "em_matches_scikit_learn_likelihood",
             )
         )

@@ -325,3 +325,15 @@ def test_a_payload_whose_lists_disagree_in_length_is_refused() -> None:
     payload["gmm_counts"] = payload["gmm_counts"][:0]
     with pytest.raises(ValueError):
         unpack_mixtures(payload, "diag")
+
+
+def test_m_step_adds_ten_machine_epsilons_to_each_components_mass() -> None:
+    """scikit-learn's guard against an empty component: N_k + 10·eps, so an empty component
+    keeps a weight of 10·eps / (n + K·10·eps) and a zero mean."""
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
+    resp = torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    eps = torch.finfo(torch.float64).eps
+    g = _m_step(x, resp, "diag", 1e-6)
+    assert g.weights.tolist() == [(2 + 10 * eps) / (2 + 20 * eps), 10 * eps / (2 + 20 * eps)]
+    assert g.means[1].tolist() == [0.0, 0.0]
+    torch.testing.assert_close(g.means[0], x.mean(0) * 2 / (2 + 10 * eps), rtol=0, atol=0)
