@@ -1897,6 +1897,9 @@ METHODS: dict[str, Target] = {
                 "kmeans_runs_lloyds_steps_from_the_seeds_until_no_label_changes",
                 "a_payload_whose_lists_disagree_in_length_is_refused",
                 "m_step_adds_ten_machine_epsilons_to_each_components_mass",
+                "a_variance_below_zero_by_rounding_is_clamped_to_zero",
+                "em_runs_a_hundred_iterations_by_default_and_kmeans_a_hundred_steps",
+                "sampling_draws_the_counts_then_each_components_gaussian_noise",
                 "em_matches_scikit_learn_likelihood",
             )
         )

@@ -98,6 +98,8 @@ def test_fit_is_determined_by_the_generator() -> None:
 def test_too_few_samples_is_a_clear_error() -> None:
     with pytest.raises(FedshareError, match="at least 5 samples"):
         fit_gmm(torch.zeros(3, 2), 5)
+    with pytest.raises(FedshareError, match="a 0-component mixture"):
+        fit_gmm(torch.zeros(3, 2), 0)
 
 
 @pytest.mark.parametrize("cov", COVARIANCE_TYPES)
@@ -208,6 +210,8 @@ def test_point_mass_is_one_component_at_the_mean_with_variance_reg_covar(cov: st
     torch.testing.assert_close(g.full_covariances(), 0.25 * torch.eye(2, dtype=torch.float64)[None])
     assert g.sample(1, torch.Generator().manual_seed(0)).shape == (1, 2)
     assert g.sample(0).shape == (0, 2)
+    line = point_mass(torch.tensor([[3.0]]), cov, 0.25)  # one feature
+    assert line.full_covariances().tolist() == [[[0.25]]]
 
 
 def test_server_sanitation_clamps_negative_weights_and_spreads_a_zero_total() -> None:
@@ -337,3 +341,47 @@ def test_m_step_adds_ten_machine_epsilons_to_each_components_mass() -> None:
     assert g.weights.tolist() == [(2 + 10 * eps) / (2 + 20 * eps), 10 * eps / (2 + 20 * eps)]
     assert g.means[1].tolist() == [0.0, 0.0]
     torch.testing.assert_close(g.means[0], x.mean(0) * 2 / (2 + 10 * eps), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cov", ["diag", "spherical"])
+def test_a_variance_below_zero_by_rounding_is_clamped_to_zero(cov: str) -> None:
+    """100 copies of 3.3: E[x²] − E[x]² rounds to −4e-14 here; the variance is 0 + reg_covar."""
+    x = torch.full((100, 1), 3.3, dtype=torch.float64)
+    g = _m_step(x, torch.ones(100, 1, dtype=torch.float64), cov, 1e-6)
+    assert g.covariances.flatten().tolist() == [1e-6]
+
+
+def test_em_runs_a_hundred_iterations_by_default_and_kmeans_a_hundred_steps(monkeypatch) -> None:
+    x = torch.tensor(clustered(30, 2))
+    _, info = fit_gmm(x, 2, "diag", tol=0.0, generator=torch.Generator().manual_seed(0))
+    assert (info.n_iter, info.converged) == (100, False)
+    calls = []
+
+    def flipping(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Distances under which every point changes cluster at every step."""
+        calls.append(1)
+        out = torch.ones(len(a), len(b), dtype=a.dtype)
+        out[:, len(calls) % 2] = 0.0
+        return out
+
+    monkeypatch.setattr(torch, "cdist", flipping)
+    kmeans_labels(x, 2, torch.Generator().manual_seed(0))
+    assert len(calls) == 1 + 100  # the seeds' assignment, then max_iter = 100 steps
+
+
+def test_sampling_draws_the_counts_then_each_components_gaussian_noise() -> None:
+    """Algorithm 1 of FedPFT: counts ~ Multinomial(n; π), then μ_k + √σ²_k ⊙ z, z ~ N(0, I)."""
+    g = GaussianMixture(
+        torch.tensor([0.25, 0.75], dtype=torch.float64),
+        torch.tensor([[1.0, -1.0], [5.0, 2.0]], dtype=torch.float64),
+        torch.tensor([[4.0, 1.0], [0.25, 9.0]], dtype=torch.float64),
+        "diag",
+    )
+    gen = torch.Generator().manual_seed(3)
+    picks = torch.multinomial(g.weights, 12, replacement=True, generator=gen)
+    expected = []
+    for k, m in enumerate(torch.bincount(picks, minlength=2).tolist()):
+        z = torch.randn(m, 2, generator=gen, dtype=torch.float64)
+        expected.append(g.means[k] + z * g.covariances[k].sqrt())
+    got = g.sample(12, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(got, torch.cat(expected), rtol=0, atol=0)
