@@ -496,6 +496,7 @@ def test_read_cifar_npz_puts_samples_back_in_the_official_order(tmp_path):
     "arrays, problem",
     [
         ({"y": np.zeros(1)}, " is corrupt (no array 'x'; it has ['y'])"),
+        ({"z": np.zeros(1)}, " is corrupt (no array 'x'; it has ['z'])"),  # the first missing
         ({"x": np.zeros((1, 32, 32, 3), np.uint8)}, " is corrupt (no array 'y'; it has ['x'])"),
         ({"x": np.zeros((1, 32, 32), np.uint8), "y": np.zeros(1)}, ": x must be N×32×32×3"),
         ({"x": np.zeros((1, 32, 32, 4), np.uint8), "y": np.zeros(1)}, ": x must be N×32×32×3"),
@@ -570,10 +571,12 @@ def test_static_augment_train_crops_and_flips_the_training_set_once(monkeypatch)
 
 
 def test_static_augment_all_or_augment_test_crops_the_test_set_from_its_own_stream():
-    data = image_dataset()
+    data = image_dataset(n_test=6)
     flip = Augmentation(horizontal_flip=True)
     expected_train = replayed_crop_flip(data.x_train, 3, 0, flip, 4096)
     expected_test = replayed_crop_flip(data.x_test, 3, 1, flip, 4096)
+    for other in (0, 2):  # key 1's flips are neither the training stream's nor key 2's
+        assert not torch.equal(expected_test, replayed_crop_flip(data.x_test, 3, other, flip, 4096))
     for mode, test in (("all", False), ("train", True), ("all", True)):
         out = images.apply_static_augment(data, mode, 3, flip, augment_test=test)
         assert torch.equal(out.x_train, expected_train)
@@ -792,3 +795,21 @@ def test_digits_is_scikit_learns_stratified_split_cached_with_its_version(tmp_pa
         assert data.y_test.tolist() == y_te.tolist()
     assert (data.name, data.num_classes, data.scale) == ("digits", 10, 1 / 16)
     assert (data.mean, data.std, data.default_model) == ((0.3053,), (0.3760,), "cnn_small")
+
+
+def test_the_loaders_options_are_keyword_only(tmp_path):
+    write_cifar10_pickles(tmp_path, meta=False)
+    npz_pair(tmp_path / images.SAMPLE_DIR, 3, 2)
+    write_cifar100(tmp_path, meta=False)
+    from fedshare.data.datasets import load_digits
+
+    calls = (
+        lambda: images.load_cifar10(request(tmp_path), "pickle"),
+        lambda: images.load_cifar10_sample(request(tmp_path), "none"),
+        lambda: images.load_cifar100(request(tmp_path), "fine"),
+        lambda: load_synthetic_mixture(LoadRequest(), 2),
+        lambda: load_digits(LoadRequest(cache=False), 0.2),
+    )
+    for call in calls:
+        with pytest.raises(TypeError, match="positional argument"):
+            call()
