@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedshare.data import cache, images, pickles
+from fedshare.data import cache, images, pickles, synthetic_features
 from fedshare.data.dataset import Augmentation, Dataset, augment_batch
-from fedshare.data.datasets import GENERATED_BYTES_LIMIT, LoadRequest
+from fedshare.data.datasets import GENERATED_BYTES_LIMIT, LoadRequest, check_generated_sizes
 from fedshare.data.synthetic_features import load_synthetic_mixture
 from fedshare.engine.rng import torch_generator
 from fedshare.errors import FedshareError
@@ -743,14 +743,26 @@ def test_synthetic_mixture_follows_each_option():
     assert_mixture(one, replayed_mixture(2, 10, 1, 0.45, 0.3, 4, 2, 0))
 
 
-def test_synthetic_mixture_refuses_no_modes_and_counts_its_covariances_in_the_memory_limit():
+def test_synthetic_mixture_refuses_no_modes_and_counts_its_covariances_in_the_memory_limit(
+    monkeypatch,
+):
     with raises_exactly("data.modes=0 is not valid: it must be at least 1"):
         load_synthetic_mixture(LoadRequest(), modes=0)
+    checked = []
+
+    def check(*args) -> None:  # the sizes checked, then stop before anything is drawn
+        checked.append(args)
+        raise FedshareError("checked")
+
+    monkeypatch.setattr(synthetic_features, "check_generated_sizes", check)
+    with raises_exactly("checked"):
+        load_synthetic_mixture(
+            LoadRequest(), dim=5, num_classes=3, modes=7, train_size=11, test_size=13
+        )
+    assert checked == [("synthetic_mixture", 5, 3, 11, 13, 3 * 7 * 5 * 5)]
     modes = GENERATED_BYTES_LIMIT // (8 * 3 * 2 * 2) + 1  # the covariance factors alone exceed it
     with pytest.raises(FedshareError, match="would need"):
-        load_synthetic_mixture(
-            LoadRequest(), dim=2, num_classes=3, modes=modes, train_size=1, test_size=1
-        )
+        check_generated_sizes("synthetic_mixture", 2, 3, 1, 1, 3 * modes * 2 * 2)
 
 
 # ---------------------------------------------------------------------- digits
