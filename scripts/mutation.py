@@ -1906,6 +1906,39 @@ METHODS: dict[str, Target] = {
         + " "
         + FEDPFT_GMM_TESTS,
     ),
+    # ------------------------ the image loaders (eleventh session: test_mutation_data_images.py)
+    "data_images": Target(  # IDX, CIFAR pickles and npz, static augmentation, digits, mixtures
+        {
+            "src/fedshare/data/pickles.py": (
+                "_latin1_bytes",
+                "pickle_problem",
+                "load_cifar_pickle",
+            ),
+            "src/fedshare/data/images.py": (
+                "idx_dims",
+                "read_idx",
+                "read_idx_split",
+                "load_idx_dataset",
+                "load_mnist",
+                "load_fmnist",
+                "_entry",
+                "_names",
+                "read_cifar_batches",
+                "read_cifar_npz",
+                "_read_npz_split",
+                "apply_static_augment",
+                "_cifar10_pickles",
+                "_cifar10_npz",
+                "_cifar10_dataset",
+                "load_cifar10",
+                "load_cifar10_sample",
+                "load_cifar100",
+            ),
+            "src/fedshare/data/synthetic_features.py": ("load_synthetic_mixture",),
+            "src/fedshare/data/datasets.py": ("sklearn_digits_file", "load_digits"),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data_images.py",
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 
