@@ -7,15 +7,23 @@ ADPCM decoding rules, the seeded draws replayed by hand), so a changed sign, bou
 flag fails a test.
 """
 
+import csv
+import math
 import struct
 import wave
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import torchaudio.transforms as T
 
-from fedshare.data import wav
+from fedshare.data import audio, wav
+from fedshare.data.audio import SpectrogramConfig, spectrograms
+from fedshare.data.datasets import LoadRequest
 from fedshare.data.wav import IMA_INDEX_STEPS, IMA_STEPS
+from fedshare.engine.rng import derive_seed
 from fedshare.errors import FedshareError
 
 # ---------------------------------------------------------------------- wav.py
@@ -288,3 +296,360 @@ def test_the_backend_fallback_names_the_file_and_each_backends_error(tmp_path: P
     message = str(err.value)
     assert message.startswith(f"cannot decode {tmp_path / 'a.wav'} (")
     assert "torchaudio: no codec; soundfile: " in message and "install torchcodec" in message
+
+
+# ---------------------------------------------------------------------- audio.py
+
+TINY = {"sample_rate": 1000, "duration_ms": 64, "n_fft": 32, "hop_length": 8, "n_mels": 6}
+"""64 samples a clip, 9 frames of 6 mel bands: milliseconds per spectrogram."""
+
+
+def tiny_config(**changes) -> SpectrogramConfig:
+    return replace(SpectrogramConfig(**TINY), **changes)
+
+
+def test_the_configs_length_hop_and_shape():
+    flea = SpectrogramConfig()
+    assert flea.length == 176000 and flea.hop == 512 and flea.shape == (2, 64, 344)
+    fsdd = audio.FSDD_SPECTROGRAM
+    assert fsdd.length == 8000 and fsdd.hop == 128 and fsdd.shape == (2, 64, 63)
+    odd = SpectrogramConfig(sample_rate=1500, duration_ms=10, n_fft=6, channels=3, n_mels=5)
+    assert odd.length == 10 and odd.hop == 3 and odd.shape == (3, 5, 4)  # 1500 // 1000 = 1
+
+
+def test_spectrogram_config_checks_each_override_and_the_test_switch():
+    base = tiny_config()
+    assert audio.spectrogram_config(base, None) == base
+    assert audio.spectrogram_config(base, {"n_mels": 3}) == replace(base, n_mels=3)
+    for switch, legacy, expected in [
+        (False, None, False),
+        (True, None, True),
+        (False, True, True),
+        (True, True, True),
+        (False, False, False),
+    ]:
+        overrides = {} if legacy is None else {"augment_test": legacy}
+        cfg = audio.spectrogram_config(base, overrides, switch)
+        assert cfg.augment_test is expected, (switch, legacy)
+    with pytest.raises(FedshareError, match="contradicts"):
+        audio.spectrogram_config(base, {"augment_test": False}, True)
+    with pytest.raises(FedshareError, match="n_melz"):
+        audio.spectrogram_config(base, {"n_melz": 3})
+    half = audio.spectrogram_config(base, {"dtype": "float16"})
+    assert half.dtype == "float16"
+    with pytest.raises(FedshareError, match=r"must be one of \['float16', 'float32'\], got 'int8'"):
+        audio.spectrogram_config(base, {"dtype": "int8"})
+
+
+def test_fit_clip_sets_channels_and_pads_or_truncates():
+    cfg = tiny_config()
+    mono = torch.arange(1.0, 11.0)[None]  # 1×10
+    end = audio.fit_clip(mono, 1000, cfg, None)
+    assert end.shape == (2, 64) and torch.equal(end[0], end[1])
+    assert torch.equal(end[0, :10], mono[0]) and not end[0, 10:].any()
+    for u, start in [(0.0, 0), (0.5, 27), (0.99, 54)]:  # int(u · (54 + 1))
+        placed = audio.fit_clip(mono, 1000, cfg, u)
+        expected = torch.zeros(2, 64)
+        expected[:, start : start + 10] = mono
+        assert torch.equal(placed, expected), u
+    long = torch.arange(300.0).reshape(3, 100)
+    assert torch.equal(audio.fit_clip(long, 1000, cfg, 0.7), long[:2, :64])
+    three = audio.fit_clip(long[:2, :64], 1000, replace(cfg, channels=3), None)
+    assert torch.equal(three, long[[0, 1, 0], :64])  # stereo repeated to 4, cut to 3
+
+
+def test_fit_clip_resamples_to_the_configs_rate():
+    cfg = tiny_config()
+    clip = torch.sin(torch.arange(80.0) / 3)[None]
+    fitted = audio.fit_clip(clip, 2000, cfg, None)
+    expected = T.Resample(2000, 1000)(clip)
+    assert expected.shape == (1, 40)
+    assert torch.equal(fitted[0, :40], expected[0]) and not fitted[:, 40:].any()
+
+
+def test_masks_cover_floor_width_from_a_floored_start():
+    u = np.array([[0.5, 0.5], [0.99, 0.0], [0.3, 0.999], [0.0, 0.5], [0.74, 0.3]])
+    masks = audio._masks(10, 4.0, u)
+    for row, (a, b) in zip(masks.tolist(), u, strict=True):
+        width = a * 4.0
+        start = math.floor(b * (10 - width))
+        assert row == [start <= p < start + math.floor(width) for p in range(10)], (a, b)
+    assert masks[0].tolist() == [p in (4, 5) for p in range(10)]
+    assert masks[1].tolist() == [p in (0, 1, 2) for p in range(10)]
+
+
+def reference_spectrograms(clips, augment, cfg, keys) -> torch.Tensor:
+    """FLea's pipeline clip by clip, from the seeded table of draws (one row per key)."""
+    n_masks = cfg.freq_masks + cfg.time_masks
+    rng = np.random.default_rng(derive_seed(cfg.seed, "spectrogram"))
+    table = rng.random((max(keys) + 1, 2 + 2 * n_masks))
+    mel = T.MelSpectrogram(cfg.sample_rate, n_fft=cfg.n_fft, hop_length=cfg.hop, n_mels=cfg.n_mels)
+    to_db = T.AmplitudeToDB("power", top_db=cfg.top_db)
+    out = []
+    for clip, aug, key in zip(clips, augment, keys, strict=True):
+        samples, rate = clip()
+        u = table[key]
+        x = audio.fit_clip(
+            torch.from_numpy(samples), rate, cfg, u[0] if aug and cfg.random_pad else None
+        )
+        if aug:
+            x = torch.roll(x, int(u[1] * cfg.time_shift * cfg.length), dims=1)
+        spec = to_db(mel(x))
+        if aug:
+            fill = spec.mean()
+            for k in range(n_masks):
+                size = cfg.n_mels if k < cfg.freq_masks else spec.shape[2]
+                width = u[2 + 2 * k] * cfg.mask_fraction * size
+                start = math.floor(u[3 + 2 * k] * (size - width))
+                stop = start + math.floor(width)
+                if k < cfg.freq_masks:
+                    spec[:, start:stop, :] = fill
+                else:
+                    spec[:, :, start:stop] = fill
+        out.append(spec)
+    return torch.stack(out)
+
+
+def noise_clip(n: int, channels: int = 1, rate: int = 1000):
+    samples = np.random.default_rng(n).normal(0, 0.3, (channels, n)).astype(np.float32)
+    return lambda: (samples, rate)
+
+
+CLIPS = [noise_clip(20), noise_clip(64, 2), noise_clip(100), noise_clip(37), noise_clip(5, 2)]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"mask_fraction": 0.5, "time_shift": 0.9, "seed": 7},
+        {"random_pad": False},
+        {"time_shift": 0.0},
+        {"freq_masks": 1, "time_masks": 3, "mask_fraction": 0.6},
+        {"freq_masks": 0, "time_masks": 0},
+    ],
+)
+def test_spectrograms_are_the_pipeline_clip_by_clip(changes):
+    cfg = tiny_config(**changes)
+    augment = np.array([True, False, True, True, False])
+    keys = [4, 0, 7, 2, 3]
+    expected = reference_spectrograms(CLIPS, augment, cfg, keys)
+    got = spectrograms(CLIPS, augment, cfg, keys=np.array(keys), chunk=2)
+    assert got.shape == (5, 2, 6, 9) and got.dtype == torch.float32
+    assert torch.allclose(got, expected, atol=1e-5, rtol=0)
+    default_keys = spectrograms(CLIPS, augment, cfg, chunk=3)
+    assert torch.allclose(
+        default_keys, reference_spectrograms(CLIPS, augment, cfg, range(5)), atol=1e-5, rtol=0
+    )
+
+
+def test_spectrograms_store_float16_and_take_no_clips():
+    cfg = tiny_config(dtype="float16")
+    augment = np.array([True, True, False, True, False])
+    half = spectrograms(CLIPS, augment, cfg, chunk=64)
+    full = spectrograms(CLIPS, augment, replace(cfg, dtype="float32"))
+    assert half.dtype == torch.float16 and torch.equal(half, full.half())
+    assert spectrograms([], np.zeros(0, bool), cfg).shape == (0, 2, 6, 9)
+
+
+def test_random_test_mask_keeps_the_first_round_of_one_minus_f_of_a_seeded_permutation():
+    for n, f, seed, train in [(10, 0.25, 3, 8), (10, 0.35, 1, 6), (7, 0.0, 2, 7), (5, 1.0, 2, 0)]:
+        mask = audio.random_test_mask(n, f, seed)
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+        assert mask.dtype == bool and int((~mask).sum()) == train, (n, f)
+        assert mask.tolist() == [i not in perm[:train] for i in range(n)]
+
+
+def write_clip(path: Path, samples: int, rate: int = 1000, seed: int = 0) -> np.ndarray:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frames = np.random.default_rng(seed).integers(-20000, 20000, (samples, 1))
+    write_pcm16(path, frames, rate)
+    return frames[:, 0] / 32768
+
+
+def file_spectrogram(path: Path, cfg: SpectrogramConfig, key: int, aug: bool) -> torch.Tensor:
+    """One file's spectrogram as `spectrograms` makes it for the clip with this key."""
+    return spectrograms([lambda: wav.read_wav(path)], np.array([aug]), cfg, keys=np.array([key]))[0]
+
+
+class CacheSpy:
+    """Stands in for `cached`: builds, and keeps what the loader asked for."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def __call__(self, name, key, sources, build, enabled=True):
+        self.calls.append((name, key, list(sources), enabled))
+        return build()
+
+
+def write_urbansound(root: Path, folds: list[int], classes: list[int]) -> list[Path]:
+    rows, files = [], []
+    for k, (fold, cls) in enumerate(zip(folds, classes, strict=True)):
+        name = f"{100 + k}-{cls}-0-0.wav"
+        path = root / "UrbanSound8K" / "audio" / f"fold{fold}" / name
+        write_clip(path, 30 + 7 * k, seed=k)
+        files.append(path)
+        rows.append({"slice_file_name": name, "fold": fold, "classID": cls, "class": f"c{cls}"})
+    meta = root / "UrbanSound8K" / "metadata"
+    meta.mkdir(parents=True)
+    with open(meta / "UrbanSound8K.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return files
+
+
+def check_split(data, files, labels, test, cfg, augment_test=False):
+    order = [i for i in range(len(files)) if not test[i]] + [
+        i for i in range(len(files)) if test[i]
+    ]
+    cut = int((~test).sum())
+    assert data.y_train.tolist() == [labels[i] for i in order[:cut]]
+    assert data.y_test.tolist() == [labels[i] for i in order[cut:]]
+    assert data.y_train.dtype == torch.int64
+    for j, i in enumerate(order):
+        x = data.x_train[j] if j < cut else data.x_test[j - cut]
+        expected = file_spectrogram(files[i], cfg, i, j < cut or augment_test)
+        assert torch.equal(x, expected), i
+
+
+def test_urbansound8k_random_split_in_file_order_through_the_cache(tmp_path: Path, monkeypatch):
+    spy = CacheSpy()
+    monkeypatch.setattr(audio, "cached", spy)
+    folds, classes = [1, 2, 3, 1, 2, 10, 4, 5], [3, 0, 3, 9, 1, 1, 3, 0]
+    files = write_urbansound(tmp_path, folds, classes)
+    request = LoadRequest(root=str(tmp_path), cache=False)
+    data = audio.load_urbansound8k(request, spectrogram=TINY, test_fraction=0.3, split_seed=4)
+    cfg = tiny_config()
+    test = audio.random_test_mask(8, 0.3, 4)
+    check_split(data, files, classes, test, cfg)
+    assert data.num_classes == 10 and data.default_model == "audionet"
+    assert data.class_names == ["c0", "c1", "2", "c3", "4", "5", "6", "7", "8", "c9"]
+    name, key, sources, enabled = spy.calls[0]
+    assert name == "urbansound8k" and sources == files and enabled is False
+    assert key == {"version": 1, "split": "random", "f": 0.3, "seed": 4, "spectrogram": asdict(cfg)}
+    assert audio.load_urbansound8k(request, spectrogram=TINY).x_test.shape[0] == 2  # 8 · 0.2
+
+
+def test_urbansound8k_fold_split_and_augmented_test_clips(tmp_path: Path, monkeypatch):
+    spy = CacheSpy()
+    monkeypatch.setattr(audio, "cached", spy)
+    folds, classes = [1, 9, 3, 10, 2, 9], [5, 6, 7, 8, 2, 2]
+    files = write_urbansound(tmp_path, folds, classes)
+    request = LoadRequest(root=str(tmp_path))
+    data = audio.load_urbansound8k(
+        request, split="folds", test_folds=(10, 9), spectrogram=TINY, augment_test=True
+    )
+    test = np.array([f in (9, 10) for f in folds])
+    check_split(data, files, classes, test, tiny_config(augment_test=True), augment_test=True)
+    assert spy.calls[0][1]["folds"] == [9, 10] and spy.calls[0][1]["split"] == "folds"
+    assert spy.calls[0][3] is True
+    clean = audio.load_urbansound8k(request, split="folds", spectrogram=TINY)
+    check_split(clean, files, classes, np.array([f == 10 for f in folds]), tiny_config())
+
+
+def test_urbansound8k_refuses_a_bad_split_and_missing_clips(tmp_path: Path, monkeypatch):
+    request = LoadRequest(root=str(tmp_path))
+    with pytest.raises(
+        FedshareError, match=r"data\.split must be one of random, folds, got 'fold'"
+    ):
+        audio.load_urbansound8k(request, split="fold")
+    with pytest.raises(FedshareError, match="dataset 'urbansound8k' not found"):
+        audio.load_urbansound8k(request)
+    files = write_urbansound(tmp_path, [1, 2, 3], [0, 1, 2])
+    files[1].unlink()
+    files[2].unlink()
+    with pytest.raises(FedshareError, match=f"2 clips listed in .* are missing, e.g. {files[1]}"):
+        audio.load_urbansound8k(request)
+
+
+def test_urbansound8k_downloads_only_when_asked(tmp_path: Path, monkeypatch):
+    fetched = []
+
+    def fetch(url, root):
+        fetched.append((url, root))
+        write_urbansound(tmp_path / "got", [1, 10], [4, 5])
+        return tmp_path / "got"
+
+    monkeypatch.setattr(audio, "fetch_archive", fetch)
+    (tmp_path / "mine").mkdir()
+    request = LoadRequest(root=str(tmp_path / "mine"), download=True, cache=False)
+    data = audio.load_urbansound8k(request, split="folds", spectrogram=TINY)
+    assert fetched == [(audio.URBANSOUND_URL, str(tmp_path / "mine"))]
+    assert data.y_train.tolist() == [4] and data.y_test.tolist() == [5]
+
+
+def write_fsdd(root: Path, names: list[str]) -> None:
+    folder = root / "fsdd" / "recordings"
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, name in enumerate(names):
+        write_clip(folder / name, 20 + 3 * k, seed=k)
+
+
+def test_fsdd_splits_by_take_with_digits_as_labels(tmp_path: Path, monkeypatch):
+    spy = CacheSpy()
+    monkeypatch.setattr(audio, "cached", spy)
+    names = [
+        "3_theo_4.wav",
+        "7_jackson_12.wav",
+        "0_nicolas_0.wav",
+        "9_theo_5.wav",
+        "1_yweweler_3.wav",
+    ]
+    write_fsdd(tmp_path, names)
+    files = sorted((tmp_path / "fsdd" / "recordings").glob("*.wav"))
+    labels = [int(f.name[0]) for f in files]
+    request = LoadRequest(root=str(tmp_path), cache=False)
+    data = audio.load_fsdd(request, spectrogram=TINY)
+    takes = [int(f.stem.split("_")[2]) for f in files]
+    cfg = replace(audio.FSDD_SPECTROGRAM, **TINY)
+    check_split(data, files, labels, np.array([t < 5 for t in takes]), cfg)
+    assert data.num_classes == 10 and data.default_model == "audionet"
+    assert data.class_names == [str(d) for d in range(10)]
+    assert spy.calls[0][0] == "fsdd" and spy.calls[0][2] == files
+    assert spy.calls[0][1] == {"version": 1, "test_takes": 5, "spectrogram": asdict(cfg)}
+    four = audio.load_fsdd(request, test_takes=4, spectrogram=TINY, augment_test=True)
+    check_split(
+        four, files, labels, np.array([t < 4 for t in takes]), replace(cfg, augment_test=True), True
+    )
+    assert spy.calls[1][1]["test_takes"] == 4
+
+
+def test_fsdd_defaults_to_its_own_spectrogram(tmp_path: Path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(audio, "audio_payload", lambda *args: seen.append(args[4]) or {})
+    monkeypatch.setattr(audio, "audio_dataset", lambda name, payload, classes: None)
+    write_fsdd(tmp_path, ["3_theo_4.wav"])
+    audio.load_fsdd(LoadRequest(root=str(tmp_path)))
+    assert seen == [audio.FSDD_SPECTROGRAM]
+
+
+@pytest.mark.parametrize(
+    "bad", ["3_theo.wav", "3_theo_1_2.wav", "x_theo_1.wav", "3_theo_x.wav", None]
+)
+def test_fsdd_refuses_names_off_the_convention(tmp_path: Path, bad):
+    names = ["3_theo_4.wav"] + ([bad] if bad else [])
+    if bad is None:
+        (tmp_path / "fsdd" / "recordings").mkdir(parents=True)
+        names = []
+    write_fsdd(tmp_path, names)
+    with pytest.raises(
+        FedshareError, match=r"must hold \{digit\}_\{speaker\}_\{index\}\.wav files"
+    ):
+        audio.load_fsdd(LoadRequest(root=str(tmp_path), cache=False), spectrogram=TINY)
+
+
+def test_fsdd_missing_and_downloaded(tmp_path: Path, monkeypatch):
+    (tmp_path / "mine").mkdir()
+    request = LoadRequest(root=str(tmp_path / "mine"), cache=False)
+    with pytest.raises(FedshareError, match="dataset 'fsdd' not found"):
+        audio.load_fsdd(request)
+
+    def download(root):
+        write_fsdd(tmp_path / "got", ["5_a_9.wav", "6_b_1.wav"])
+        return tmp_path / "got"
+
+    monkeypatch.setattr(audio, "_download_fsdd", download)
+    data = audio.load_fsdd(replace(request, download=True), spectrogram=TINY)
+    assert data.y_train.tolist() == [5] and data.y_test.tolist() == [6]
