@@ -19,7 +19,7 @@ import pytest
 import torch
 import torchaudio.transforms as T
 
-from fedshare.data import audio, wav
+from fedshare.data import audio, sensors, sources, wav
 from fedshare.data.audio import SpectrogramConfig, spectrograms
 from fedshare.data.datasets import LoadRequest
 from fedshare.data.wav import IMA_INDEX_STEPS, IMA_STEPS
@@ -653,3 +653,212 @@ def test_fsdd_missing_and_downloaded(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(audio, "_download_fsdd", download)
     data = audio.load_fsdd(replace(request, download=True), spectrogram=TINY)
     assert data.y_train.tolist() == [5] and data.y_test.tolist() == [6]
+
+
+# ---------------------------------------------------------------------- sensors.py
+
+
+def test_read_matrix_reads_equal_rows_and_skips_blank_lines(tmp_path: Path):
+    path = tmp_path / "m.txt"
+    path.write_text("\n 1 2.5 -3\n\n4e-1 5 6\n   \n")
+    got = sensors.read_matrix(path)
+    assert got.dtype == np.float32 and got.shape == (2, 3)
+    assert np.array_equal(got, np.array([[1, 2.5, -3], [0.4, 5, 6]], dtype=np.float32))
+    path.write_text("7 8 9")
+    assert sensors.read_matrix(path).tolist() == [[7, 8, 9]]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("1 2\n3\n", "3 values on 2 lines do not form equal rows"),
+        ("1\n2 3 4\n", "4 values on 2 lines do not form equal rows"),
+        ("", "0 values on 0 lines do not form equal rows"),
+        ("\n \n", "0 values on 0 lines do not form equal rows"),
+        ("1 x\n", "a value is not a number"),
+    ],
+)
+def test_read_matrix_names_a_file_that_is_no_full_matrix(tmp_path: Path, text, problem):
+    path = tmp_path / "bad.txt"
+    path.write_text(text)
+    with pytest.raises(FedshareError, match=rf"bad\.txt is corrupt \({problem}"):
+        sensors.read_matrix(path)
+
+
+def test_existing_text_file_prefers_the_plain_file_then_its_gz_twin(tmp_path: Path):
+    plain, gz = tmp_path / "a.txt", tmp_path / "a.txt.gz"
+    assert sensors.existing_text_file(plain) is None
+    gz.write_bytes(b"")
+    assert sensors.existing_text_file(plain) == gz
+    plain.write_text("")
+    assert sensors.existing_text_file(plain) == plain
+    (tmp_path / "d.txt").mkdir()
+    assert sensors.existing_text_file(tmp_path / "d.txt") is None
+
+
+def test_split_files_are_the_labels_then_each_channel():
+    assert sensors._split_files("test", ("body_gyro_y", "total_acc_x")) == [
+        "UCI HAR Dataset/test/y_test.txt",
+        "UCI HAR Dataset/test/Inertial Signals/body_gyro_y_test.txt",
+        "UCI HAR Dataset/test/Inertial Signals/total_acc_x_test.txt",
+    ]
+
+
+def touch(path: Path, text: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_find_uci_har_takes_the_first_root_holding_every_file(tmp_path: Path, monkeypatch):
+    relative = ["UCI HAR Dataset/a.txt", "UCI HAR Dataset/b.txt"]
+    env, default = tmp_path / "env", tmp_path / "default"
+    monkeypatch.setenv(sources.DATA_ENV, str(env))
+    monkeypatch.setattr(sources, "DEFAULT_ROOT", default)
+    assert sensors.find_uci_har(None, relative) is None
+    touch(default / relative[0])
+    gz = touch(default / (relative[1] + ".gz"))
+    assert sensors.find_uci_har(None, relative) == (default, [default / relative[0], gz])
+    touch(env / "uci_har_hapt" / relative[0])
+    assert sensors.find_uci_har(None, relative)[0] == default  # env's copy lacks b.txt
+    touch(env / "uci_har_hapt" / relative[1])
+    hapt = env / "uci_har_hapt"
+    assert sensors.find_uci_har(None, relative) == (hapt, [hapt / r for r in relative])
+    touch(env / relative[0])
+    touch(env / relative[1])
+    assert sensors.find_uci_har(None, relative) == (env, [env / r for r in relative])
+    assert sensors.find_uci_har(str(default), relative)[0] == default
+
+
+def test_uci_har_source_reads_the_marker_in_the_readmes_first_2000_characters(tmp_path: Path):
+    assert sensors.uci_har_source(tmp_path) == "official"
+    readme = tmp_path / "README.md"
+    for text, source in [
+        ("Signals rebuilt from HAPT.", "rebuilt from HAPT"),
+        ("REBUILT FROM THE hapt data", "rebuilt from HAPT"),
+        ("rebuilt from the UCI data", "official"),
+        ("x" * 1983 + "rebuilt from HAPT", "rebuilt from HAPT"),  # ends at character 2000
+        ("x" * 1984 + "rebuilt from HAPT", "official"),
+    ]:
+        readme.write_text(text)
+        assert sensors.uci_har_source(tmp_path) == source, text[-30:]
+    readme.unlink()
+    readme.mkdir()
+    assert sensors.uci_har_source(tmp_path) == "official"
+
+
+def write_split(folder: Path, split: str, labels: list[int], channels, seed: int = 0):
+    """One split of UCI HAR's layout; the windows as float32 values written exactly."""
+    rng = np.random.default_rng(seed)
+    touch(folder / split / f"y_{split}.txt", "".join(f"{y}\n" for y in labels))
+    windows = {}
+    for c in channels:
+        x = rng.normal(0, 0.5, (len(labels), 128)).astype(np.float32)
+        text = "\n".join(" ".join(repr(float(v)) for v in row) for row in x) + "\n"
+        touch(folder / split / "Inertial Signals" / f"{c}_{split}.txt", text)
+        windows[c] = x
+    return windows
+
+
+def test_read_uci_har_split_stacks_the_channels_as_one_by_128_by_c(tmp_path: Path):
+    windows = write_split(tmp_path, "train", [1, 6, 3], ["b", "a"])
+    folder = tmp_path / "train"
+    signal_files = [folder / "Inertial Signals" / f"{c}_train.txt" for c in ("b", "a")]
+    x, y = sensors.read_uci_har_split(folder / "y_train.txt", signal_files)
+    assert x.shape == (3, 1, 128, 2) and x.dtype == np.float32 and x.flags.c_contiguous
+    assert np.array_equal(x[:, 0, :, 0], windows["b"]) and np.array_equal(
+        x[:, 0, :, 1], windows["a"]
+    )
+    assert y.dtype == np.int64 and y.tolist() == [0, 5, 2]
+
+
+def test_read_uci_har_split_refuses_other_labels_and_windows(tmp_path: Path):
+    write_split(tmp_path, "test", [1, 2], ["a"])
+    labels = tmp_path / "test" / "y_test.txt"
+    signal = tmp_path / "test" / "Inertial Signals" / "a_test.txt"
+    for bad in ("0\n1\n", "1\n7\n", "1.5\n"):
+        labels.write_text(bad)
+        with pytest.raises(FedshareError, match=r"labels must be the activity ids 1\.\.6"):
+            sensors.read_uci_har_split(labels, [signal])
+    labels.write_text("1\n2\n3\n")
+    with pytest.raises(
+        FedshareError,
+        match=r"holds 2×128 values, expected 3×128 \(one 128-step window per line of y_test\.txt",
+    ):
+        sensors.read_uci_har_split(labels, [signal])
+    labels.write_text("1\n2\n")
+    signal.write_text("1 2\n3 4\n")
+    with pytest.raises(FedshareError, match="it holds 2×2 values, expected 2×128"):
+        sensors.read_uci_har_split(labels, [signal])
+
+
+def write_uci_har(parent: Path, channels=sensors.UCI_HAR_SIGNALS) -> dict:
+    folder = parent / "UCI HAR Dataset"
+    return {
+        "train": (write_split(folder, "train", [1, 2, 6, 4], channels, 1), [0, 1, 5, 3]),
+        "test": (write_split(folder, "test", [5, 3, 5], channels, 2), [4, 2, 4]),
+    }
+
+
+def test_load_uci_har_reads_both_splits_of_the_chosen_channels(tmp_path: Path, monkeypatch):
+    spy = CacheSpy()
+    monkeypatch.setattr(sensors, "cached", spy)
+    truth = write_uci_har(tmp_path)
+    request = LoadRequest(root=str(tmp_path), cache=False)
+    data = sensors.load_uci_har(request)
+    default = ("body_acc_x", "body_acc_y", "body_acc_z")
+    for split in ("train", "test"):
+        windows, labels = truth[split]
+        x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
+        assert x.shape == (len(labels), 1, 128, 3) and y.tolist() == labels
+        for k, c in enumerate(default):
+            assert np.array_equal(x[:, 0, :, k].numpy(), windows[c])
+    assert data.num_classes == 6 and data.default_model == "harnet" and data.source == "official"
+    assert data.class_names == sensors.UCI_HAR_ACTIVITIES and data.name == "uci_har"
+    name, key, paths, enabled = spy.calls[0]
+    relative = sensors._split_files("train", default) + sensors._split_files("test", default)
+    assert name == "uci_har" and paths == [tmp_path / r for r in relative] and enabled is False
+    assert key == {"channels": list(default), "source": "official", "version": 1}
+    picked = sensors.load_uci_har(request, channels=["total_acc_z", "body_gyro_x"])
+    assert np.array_equal(picked.x_test[:, 0, :, 0].numpy(), truth["test"][0]["total_acc_z"])
+    assert np.array_equal(picked.x_train[:, 0, :, 1].numpy(), truth["train"][0]["body_gyro_x"])
+    assert spy.calls[1][3] is False and spy.calls[1][1]["channels"] == [
+        "total_acc_z",
+        "body_gyro_x",
+    ]
+    (tmp_path / "README.md").write_text("rebuilt from HAPT")
+    rebuilt = sensors.load_uci_har(LoadRequest(root=str(tmp_path)))
+    assert (
+        rebuilt.source == "rebuilt from HAPT" and spy.calls[2][1]["source"] == "rebuilt from HAPT"
+    )
+    assert spy.calls[2][3] is True
+
+
+def test_load_uci_har_refuses_unknown_channels_and_missing_files(tmp_path: Path, monkeypatch):
+    request = LoadRequest(root=str(tmp_path))
+    for bad in ([], ["acc_x"], ["body_acc_x", "body_acc_w"]):
+        with pytest.raises(
+            FedshareError,
+            match=rf"data\.channels must list signals among body_acc_x, .*; got {re_list(bad)}",
+        ):
+            sensors.load_uci_har(request, channels=bad)
+    with pytest.raises(FedshareError, match="dataset 'uci_har' not found"):
+        sensors.load_uci_har(request)
+    downloads = []
+
+    def download(root):
+        downloads.append(root)
+        return tmp_path / "got"
+
+    monkeypatch.setattr(sensors, "_download_uci_har", download)
+    (tmp_path / "got").mkdir()
+    with pytest.raises(FedshareError, match="the downloaded archive lacks them"):
+        sensors.load_uci_har(replace(request, download=True))
+    truth = write_uci_har(tmp_path / "got", ("body_acc_x", "body_acc_y", "body_acc_z"))
+    data = sensors.load_uci_har(replace(request, download=True, cache=False))
+    assert downloads == [str(tmp_path)] * 2
+    assert data.y_test.tolist() == truth["test"][1]
+
+
+def re_list(values: list[str]) -> str:
+    return str(values).replace("[", r"\[").replace("]", r"\]")
