@@ -19,9 +19,9 @@ import pytest
 import torch
 import torchaudio.transforms as T
 
-from fedshare.data import audio, sensors, sources, wav
+from fedshare.data import audio, feature_files, sensors, sources, wav
 from fedshare.data.audio import SpectrogramConfig, spectrograms
-from fedshare.data.datasets import LoadRequest
+from fedshare.data.datasets import MAX_CLASSES, LoadRequest
 from fedshare.data.wav import IMA_INDEX_STEPS, IMA_STEPS
 from fedshare.engine.rng import derive_seed
 from fedshare.errors import FedshareError
@@ -862,3 +862,251 @@ def test_load_uci_har_refuses_unknown_channels_and_missing_files(tmp_path: Path,
 
 def re_list(values: list[str]) -> str:
     return str(values).replace("[", r"\[").replace("]", r"\]")
+
+
+# ---------------------------------------------------------------------- feature_files.py
+
+
+def test_resolve_path_takes_the_path_itself_then_each_data_root(tmp_path: Path, monkeypatch):
+    env, default = tmp_path / "env", tmp_path / "default"
+    monkeypatch.setenv(sources.DATA_ENV, str(env))
+    monkeypatch.setattr(sources, "DEFAULT_ROOT", default)
+    monkeypatch.chdir(tmp_path)
+    touch(default / "f.pt")
+    assert feature_files.resolve_path("f.pt", None) == default / "f.pt"
+    touch(env / "f.pt")
+    assert feature_files.resolve_path("f.pt", None) == env / "f.pt"
+    touch(tmp_path / "f.pt")
+    assert feature_files.resolve_path("f.pt", None) == Path("f.pt")
+    mine = tmp_path / "mine"
+    touch(mine / "g.npz")
+    assert feature_files.resolve_path("g.npz", str(mine)) == mine / "g.npz"
+    absolute = str(mine / "g.npz")
+    assert feature_files.resolve_path(absolute, str(mine)) == mine / "g.npz"
+
+
+def test_resolve_path_names_every_place_looked_or_what_is_there(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(FedshareError) as err:
+        feature_files.resolve_path("h.pt", str(tmp_path / "mine"))
+    assert str(err.value) == (
+        f"features file 'h.pt' not found (looked for h.pt, {tmp_path / 'mine' / 'h.pt'}); save "
+        "your features with torch.save or numpy.savez (keys x_train, y_train, x_test, y_test)"
+    )
+    with pytest.raises(FedshareError, match=r"\(looked for [^,]*/mine/a\.pt\);") as err:
+        feature_files.resolve_path(str(tmp_path / "mine" / "a.pt"), str(tmp_path / "mine"))
+    assert str(err.value).count("a.pt") == 2  # the path quoted once, looked for once
+    (tmp_path / "mine" / "h.pt").mkdir()
+    with pytest.raises(FedshareError, match=r"h\.pt is not a regular file \(a folder\)"):
+        feature_files.resolve_path("h.pt", str(tmp_path / "mine"))
+
+
+def features(n_train=4, n_test=3, d=2, classes=3, **extra) -> dict:
+    x = torch.arange(float((n_train + n_test) * d)).reshape(-1, d)
+    y = torch.arange(n_train + n_test) % classes
+    return {
+        "x_train": x[:n_train],
+        "y_train": y[:n_train],
+        "x_test": x[n_train:],
+        "y_test": y[n_train:],
+        **extra,
+    }
+
+
+def test_read_features_file_reads_pt_and_npz_dicts(tmp_path: Path):
+    raw = features()
+    torch.save(raw, tmp_path / "f.pt")
+    got = feature_files.read_features_file(tmp_path / "f.pt")
+    assert set(got) == set(raw) and all(torch.equal(got[k], raw[k]) for k in raw)
+    np.savez(tmp_path / "f.npz", **{k: v.numpy() for k, v in raw.items()})
+    got = feature_files.read_features_file(tmp_path / "f.npz")
+    assert set(got) == set(raw) and np.array_equal(got["x_test"], raw["x_test"].numpy())
+
+
+def test_read_features_file_refuses_what_it_cannot_read(tmp_path: Path):
+    torch.save(torch.zeros(2), tmp_path / "t.pt")
+    with pytest.raises(FedshareError, match=r"t\.pt must hold a dict, got Tensor"):
+        feature_files.read_features_file(tmp_path / "t.pt")
+    (tmp_path / "e.pt").write_bytes(b"")
+    with pytest.raises(FedshareError, match=r"e\.pt \(the file is empty or truncated\); save"):
+        feature_files.read_features_file(tmp_path / "e.pt")
+    (tmp_path / "z.npz").write_bytes(b"PK junk")
+    with pytest.raises(FedshareError, match=r"z\.npz \(truncated, or not an npz \(zip\) archive\)"):
+        feature_files.read_features_file(tmp_path / "z.npz")
+    (tmp_path / "d.pt").mkdir()
+    with pytest.raises(FedshareError, match="not a regular file"):
+        feature_files.read_features_file(tmp_path / "d.pt")
+
+
+def test_pick_takes_the_first_alias_present_as_a_tensor(tmp_path: Path):
+    path = tmp_path / "f.pt"
+    raw = {"features_train": np.array([[1.5]]), "train_features": torch.tensor([[2.0]])}
+    assert torch.equal(feature_files._pick(raw, "x_train", path), torch.tensor([[2.0]]))
+    del raw["train_features"]
+    picked = feature_files._pick(raw, "x_train", path)
+    assert torch.is_tensor(picked) and picked.tolist() == [[1.5]]
+    flags = feature_files._pick({"labels_test": [True, False]}, "y_test", path)
+    assert flags.tolist() == [True, False]
+    with pytest.raises(FedshareError, match=r"f\.pt: labels_test holds <U1 values, not numbers"):
+        feature_files._pick({"labels_test": np.array(["a"])}, "y_test", path)
+    with pytest.raises(FedshareError) as err:
+        feature_files._pick({"zz": 1, "aa": 2}, "y_train", path)
+    assert str(err.value) == (
+        f"features file {path} has no y_train (accepted keys: y_train, train_labels, "
+        "labels_train); it has aa, zz"
+    )
+
+
+def test_load_one_converts_and_counts_the_classes(tmp_path: Path):
+    path = tmp_path / "f.pt"
+    raw = features(classes=3)
+    raw["x_train"] = raw["x_train"].double()
+    raw["y_test"] = raw["y_test"].int()
+    torch.save(raw, path)
+    out, classes, names = feature_files.load_one(path)
+    assert classes == 3 and names is None  # labels up to 2
+    assert out["x_train"].dtype == torch.float32 and out["y_test"].dtype == torch.int64
+    assert torch.equal(out["x_train"], raw["x_train"].float())
+    assert out["y_test"].tolist() == raw["y_test"].tolist()
+    torch.save({**raw, "class_names": ["a", "b", "c", "d"]}, path)
+    assert feature_files.load_one(path)[1:] == (4, ["a", "b", "c", "d"])
+    torch.save({**raw, "class_names": ["a", "b", "c"], "num_classes": 5}, path)
+    assert feature_files.load_one(path)[1] == 5
+    torch.save(
+        {**raw, "y_test": torch.zeros(0, dtype=torch.long), "x_test": torch.zeros(0, 2)}, path
+    )
+    assert feature_files.load_one(path)[1] == 3  # top label of the training side
+    torch.save(
+        {**raw, "y_train": torch.tensor([0, 1, 0, 1]), "y_test": torch.tensor([0, 0, 5])}, path
+    )
+    assert feature_files.load_one(path)[1] == 6  # top label of the test side
+    torch.save({**raw, "class_names": []}, path)
+    assert feature_files.load_one(path)[1] == 3  # no names: the labels count
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            {"x_train": torch.zeros(4)},
+            r"x_train must be N×d and y_train N labels, got \(4,\) and \(4,\)",
+        ),
+        ({"y_test": torch.zeros(3, 1, dtype=torch.long)}, "x_test must be N×d and y_test N labels"),
+        ({"y_train": torch.zeros(5, dtype=torch.long)}, r"got \(4, 2\) and \(5,\)"),
+        ({"y_test": torch.zeros(3)}, "y_test must be non-negative integers"),
+        ({"y_train": torch.tensor([0, 1, -1, 0])}, "y_train must be non-negative integers"),
+        (
+            {"x_test": torch.tensor([[0.0, 1.0], [float("nan"), 0.0], [0.0, 0.0]])},
+            "x_test holds NaN",
+        ),
+        ({"x_train": torch.full((4, 2), float("inf"))}, "x_train holds NaN, infinite or complex"),
+        (
+            {"x_test": torch.zeros(3, 2, dtype=torch.complex64)},
+            "x_test holds NaN, infinite or complex",
+        ),
+        ({"x_test": torch.zeros(3, 3)}, "train and test features differ in size"),
+        ({"num_classes": 2}, "has labels up to 2 but declares 2 classes"),
+        ({"class_names": ["a", "b"]}, "has labels up to 2 but declares 2 classes"),
+        (
+            {"num_classes": MAX_CLASSES + 1},
+            f"has {MAX_CLASSES + 1} classes \\(labels up to 2\\), more than the {MAX_CLASSES}",
+        ),
+    ],
+)
+def test_load_one_refuses_bad_shapes_labels_and_values(tmp_path: Path, change, problem):
+    path = tmp_path / "f.pt"
+    torch.save({**features(), **change}, path)
+    with pytest.raises(FedshareError, match=f"features file .*f\\.pt.*{problem}"):
+        feature_files.load_one(path)
+
+
+def test_load_one_accepts_up_to_max_classes(tmp_path: Path):
+    path = tmp_path / "f.pt"
+    torch.save({**features(), "num_classes": MAX_CLASSES}, path)
+    assert feature_files.load_one(path)[1] == MAX_CLASSES
+    torch.save({**features(), "y_test": torch.tensor([0, 0, MAX_CLASSES - 1])}, path)
+    assert feature_files.load_one(path)[1] == MAX_CLASSES
+
+
+def test_declared_classes_is_one_whole_positive_number(tmp_path: Path):
+    path = tmp_path / "f.pt"
+    for good, value in [(3, 3), (1, 1), (4.0, 4), (np.array([7]), 7), (torch.tensor(2), 2)]:
+        got = feature_files.declared_classes(good, path)
+        assert got == value and type(got) is int
+    for bad in (0, -2, 2.5, float("nan"), float("inf"), [1, 2], "3", True, np.array([])):
+        with pytest.raises(FedshareError, match="num_classes must be one whole number of classes"):
+            feature_files.declared_classes(bad, path)
+
+
+def save_features(path: Path, labels_train, labels_test, d=2, **extra) -> dict:
+    raw = {
+        "x_train": torch.randn(len(labels_train), d),
+        "y_train": torch.tensor(labels_train),
+        "x_test": torch.randn(len(labels_test), d),
+        "y_test": torch.tensor(labels_test),
+        **extra,
+    }
+    torch.save(raw, path)
+    return raw
+
+
+def test_load_features_file_concatenates_files_in_order(tmp_path: Path):
+    a = save_features(tmp_path / "a.pt", [0, 2, 1], [1], class_names=["x", "y", "z"])
+    b = save_features(tmp_path / "b.pt", [1, 0], [0, 1], num_classes=2)
+    request = LoadRequest(root=str(tmp_path))
+    shared = feature_files.load_features_file(request, path=["a.pt", "b.pt"])
+    assert shared.name == "features:a+b" and shared.default_model == "linear"
+    assert shared.num_classes == 3 and shared.class_names == ["x", "y", "z"]
+    assert torch.equal(shared.x_train, torch.cat([a["x_train"], b["x_train"]]))
+    assert torch.equal(shared.x_test, torch.cat([a["x_test"], b["x_test"]]))
+    assert shared.y_train.tolist() == [0, 2, 1, 1, 0] and shared.y_test.tolist() == [1, 0, 1]
+    union = feature_files.load_features_file(request, path=["a.pt", "b.pt"], disjoint_labels=True)
+    assert union.num_classes == 5 and union.class_names == ["x", "y", "z", "class3", "class4"]
+    assert union.y_train.tolist() == [0, 2, 1, 4, 3] and union.y_test.tolist() == [1, 3, 4]
+    back = feature_files.load_features_file(request, path=["b.pt", "a.pt"], disjoint_labels=True)
+    assert back.class_names == ["class0", "class1", "x", "y", "z"] and back.num_classes == 5
+    assert back.y_train.tolist() == [1, 0, 2, 4, 3]
+    one = feature_files.load_features_file(request, path="b.pt")
+    assert one.name == "features:b" and one.num_classes == 2 and one.class_names is None
+    wide = feature_files.load_features_file(request, path=["b.pt", "a.pt"])
+    assert wide.num_classes == 3 and wide.class_names is None  # b's names: none
+
+
+def test_load_features_file_drops_names_that_do_not_cover_the_classes(tmp_path: Path):
+    save_features(tmp_path / "a.pt", [0, 1], [1], class_names=["p", "q"])
+    save_features(tmp_path / "b.pt", [0, 3], [2])
+    request = LoadRequest(root=str(tmp_path))
+    shared = feature_files.load_features_file(request, path=["a.pt", "b.pt"])
+    assert shared.num_classes == 4 and shared.class_names is None
+    alone = feature_files.load_features_file(request, path=["a.pt"])
+    assert alone.class_names == ["p", "q"]
+
+
+def test_load_features_file_refuses_no_path_and_mixed_sizes(tmp_path: Path):
+    request = LoadRequest(root=str(tmp_path))
+    for empty in (None, "", []):
+        with pytest.raises(FedshareError, match=r"data=features_file needs data\.path="):
+            feature_files.load_features_file(request, path=empty)
+    save_features(tmp_path / "a.pt", [0], [0], d=2)
+    save_features(tmp_path / "b.pt", [0], [0], d=3)
+    with pytest.raises(FedshareError, match=r"have different feature sizes \{2, 3\}"):
+        feature_files.load_features_file(request, path=["a.pt", "b.pt"])
+
+
+def test_contiguous_gives_each_client_its_block():
+    labels = np.zeros(10, dtype=np.int64)
+    rng = np.random.default_rng(0)
+    blocks = feature_files.contiguous(labels, 3, rng)
+    assert [b.tolist() for b in blocks] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert all(b.dtype == np.int64 for b in blocks)
+    sized = feature_files.contiguous(labels, 4, rng, sizes=[2, 0, 7, 1])
+    assert [b.tolist() for b in sized] == [[0, 1], [], [2, 3, 4, 5, 6, 7, 8], [9]]
+    assert all(b.dtype == np.int64 for b in sized)
+    for bad in ([5, 5, 0], [5, 4, 0, 0], [6, 5, -1, 0], [5, 5, 0, 0, 0]):
+        with pytest.raises(FedshareError) as err:
+            feature_files.contiguous(labels, 4, rng, sizes=bad)
+        assert str(err.value) == (
+            f"partition.sizes={bad} must give 4 non-negative block sizes (one per client) "
+            "summing to the 10 training samples"
+        )
