@@ -529,7 +529,15 @@ def test_urbansound8k_random_split_in_file_order_through_the_cache(tmp_path: Pat
     name, key, sources, enabled = spy.calls[0]
     assert name == "urbansound8k" and sources == files and enabled is False
     assert key == {"version": 1, "split": "random", "f": 0.3, "seed": 4, "spectrogram": asdict(cfg)}
-    assert audio.load_urbansound8k(request, spectrogram=TINY).x_test.shape[0] == 2  # 8 · 0.2
+    default = audio.load_urbansound8k(request, spectrogram=TINY)
+    assert spy.calls[1][1] | {"spectrogram": None} == {
+        "version": 1,
+        "split": "random",
+        "f": 0.2,
+        "seed": 1,
+        "spectrogram": None,
+    }
+    check_split(default, files, classes, audio.random_test_mask(8, 0.2, 1), cfg)
 
 
 def test_urbansound8k_fold_split_and_augmented_test_clips(tmp_path: Path, monkeypatch):
@@ -673,6 +681,7 @@ def test_read_matrix_reads_equal_rows_and_skips_blank_lines(tmp_path: Path):
     [
         ("1 2\n3\n", "3 values on 2 lines do not form equal rows"),
         ("1\n2 3 4\n", "4 values on 2 lines do not form equal rows"),
+        ("1 2 3\n4\n5 6\n", "6 values on 3 lines do not form equal rows"),
         ("", "0 values on 0 lines do not form equal rows"),
         ("\n \n", "0 values on 0 lines do not form equal rows"),
         ("1 x\n", "a value is not a number"),
@@ -981,6 +990,9 @@ def test_load_one_converts_and_counts_the_classes(tmp_path: Path):
         {**raw, "y_train": torch.tensor([0, 1, 0, 1]), "y_test": torch.tensor([0, 0, 5])}, path
     )
     assert feature_files.load_one(path)[1] == 6  # top label of the test side
+    empty = {"x_train": torch.zeros(0, 2), "y_train": torch.zeros(0, dtype=torch.long)}
+    torch.save({**raw, **empty, "x_test": empty["x_train"], "y_test": empty["y_train"]}, path)
+    assert feature_files.load_one(path)[1] == 0  # no labels, no classes
     torch.save({**raw, "class_names": []}, path)
     assert feature_files.load_one(path)[1] == 3  # no names: the labels count
 
