@@ -1753,6 +1753,7 @@ METHODS: dict[str, Target] = {
                 "random_test_mask",
                 "load_urbansound8k",
                 "load_fsdd",
+                "_download_fsdd",
             ),
             "src/fedshare/data/sensors.py": (
                 "read_matrix",
@@ -1762,6 +1763,7 @@ METHODS: dict[str, Target] = {
                 "uci_har_source",
                 "read_uci_har_split",
                 "load_uci_har",
+                "_download_uci_har",
             ),
             "src/fedshare/data/feature_files.py": (
                 "resolve_path",

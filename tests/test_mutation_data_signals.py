@@ -11,6 +11,7 @@ import csv
 import math
 import struct
 import wave
+import zipfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -588,6 +589,22 @@ def test_urbansound8k_downloads_only_when_asked(tmp_path: Path, monkeypatch):
     assert data.y_train.tolist() == [4] and data.y_test.tolist() == [5]
 
 
+def test_fsdds_download_moves_the_archives_recordings_into_place(tmp_path: Path, monkeypatch):
+    calls = []
+
+    def fetch(url, root, extract_to):
+        calls.append((url, root, extract_to))
+        touch(tmp_path / extract_to / "free-spoken-digit-dataset-1.0.9/recordings/0_a_1.wav")
+        return tmp_path
+
+    monkeypatch.setattr(audio, "fetch_archive", fetch)
+    (tmp_path / "fsdd").mkdir()  # a folder already there is kept
+    assert audio._download_fsdd("somewhere") == tmp_path
+    assert calls == [(audio.FSDD_URL, "somewhere", "fsdd-download")]
+    assert (tmp_path / "fsdd/recordings/0_a_1.wav").is_file()
+    assert not list((tmp_path / "fsdd-download").glob("*/recordings"))
+
+
 def write_fsdd(root: Path, names: list[str]) -> None:
     folder = root / "fsdd" / "recordings"
     folder.mkdir(parents=True, exist_ok=True)
@@ -867,6 +884,22 @@ def test_load_uci_har_refuses_unknown_channels_and_missing_files(tmp_path: Path,
     data = sensors.load_uci_har(replace(request, download=True, cache=False))
     assert downloads == [str(tmp_path)] * 2
     assert data.y_test.tolist() == truth["test"][1]
+
+
+def test_uci_hars_download_extracts_the_inner_zip(tmp_path: Path, monkeypatch):
+    calls = []
+
+    def fetch(url, root):
+        calls.append((url, root))
+        return tmp_path
+
+    monkeypatch.setattr(sensors, "fetch_archive", fetch)
+    assert sensors._download_uci_har("there") == tmp_path and not any(tmp_path.iterdir())
+    with zipfile.ZipFile(tmp_path / "UCI HAR Dataset.zip", "w") as archive:
+        archive.writestr("UCI HAR Dataset/train/y_train.txt", "1\n")
+    assert sensors._download_uci_har("there") == tmp_path
+    assert (tmp_path / "UCI HAR Dataset/train/y_train.txt").read_text() == "1\n"
+    assert calls == [(sensors.UCI_HAR_URL, "there")] * 2
 
 
 def re_list(values: list[str]) -> str:
