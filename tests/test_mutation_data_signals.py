@@ -142,6 +142,11 @@ def test_decode_ima_adpcm_follows_the_definition_on_every_nibble_and_clamps():
         (32000, 80, [7] * 24),  # runs into 32767 and step index 88
         (-32000, 86, [15] * 24),  # runs into -32768
         (5, 1, [0] * 16),  # the index falls to 0 and stays there
+        (
+            0,
+            80,
+            [7] * 4 + [8, 0, 8, 3, 9, 2, 1, 0, 8, 8, 0, 0],
+        ),  # turns back from 32767 at index 88
         (-7, 200, rng.integers(0, 16, 16).tolist()),  # a header index past 88 counts as 88
     ]
     for sample, index, nibbles in streams:
@@ -233,6 +238,8 @@ def test_read_wav_decodes_ima_adpcm_cut_to_the_fact_chunks_frames(tmp_path: Path
     samples, rate = wav.read_wav(path)
     assert rate == 7000 and samples.dtype == np.float32
     assert np.array_equal(samples[0], expected[:10].astype(np.float32))
+    path.write_bytes(riff(fmt, chunk(b"fact", struct.pack("<IH", 7, 9)), chunk(b"data", block)))
+    assert np.array_equal(wav.read_wav(path)[0][0], expected[:7].astype(np.float32))
     for fact in (b"", b"\x05\0\0"):  # no fact chunk, or one too short: every frame decoded
         extra = (chunk(b"fact", fact),) if fact else ()
         path.write_bytes(riff(fmt, *extra, chunk(b"data", block)))
