@@ -451,6 +451,13 @@ def test_spectrograms_are_the_pipeline_clip_by_clip(changes):
     )
 
 
+def test_a_time_shift_of_zero_or_less_shifts_nothing():
+    augment = np.array([True, False, True, True, False])
+    off = spectrograms(CLIPS, augment, tiny_config(time_shift=0.0))
+    assert torch.equal(spectrograms(CLIPS, augment, tiny_config(time_shift=-0.3)), off)
+    assert not torch.equal(spectrograms(CLIPS, augment, tiny_config(time_shift=0.3)), off)
+
+
 def test_spectrograms_store_float16_and_take_no_clips():
     cfg = tiny_config(dtype="float16")
     augment = np.array([True, True, False, True, False])
