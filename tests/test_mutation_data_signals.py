@@ -284,6 +284,18 @@ def test_read_wav_refuses_a_missing_or_cut_fmt_chunk(tmp_path: Path, monkeypatch
         wav.read_wav(path)
 
 
+class SoundfileStandIn:
+    """soundfile's `read` on a mono file: frames×1 with `always_2d`, else a flat array."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def read(self, path: str, dtype: str, always_2d: bool = False):
+        self.calls.append((path, dtype))
+        data = np.arange(4, dtype=np.float32)
+        return (data[:, None] if always_2d else data), 11
+
+
 def test_the_backend_fallback_names_the_file_and_each_backends_error(tmp_path: Path, monkeypatch):
     import sys
 
@@ -299,6 +311,13 @@ def test_the_backend_fallback_names_the_file_and_each_backends_error(tmp_path: P
         raise RuntimeError("no codec")
 
     monkeypatch.setattr(torchaudio, "load", refuse)
+    soundfile = SoundfileStandIn()
+    monkeypatch.setitem(sys.modules, "soundfile", soundfile)
+    samples, rate = wav._read_with_backend(tmp_path / "mono.wav")
+    assert soundfile.calls == [(str(tmp_path / "mono.wav"), "float32")]
+    assert samples.shape == (1, 4) and samples.flags.c_contiguous and rate == 11
+    assert samples.tolist() == [[0.0, 1.0, 2.0, 3.0]]
+    monkeypatch.setitem(sys.modules, "soundfile", None)
     with pytest.raises(FedshareError) as err:
         wav._read_with_backend(tmp_path / "a.wav")
     message = str(err.value)
