@@ -8,6 +8,7 @@ flag fails a test.
 """
 
 import csv
+import inspect
 import math
 import struct
 import wave
@@ -342,6 +343,7 @@ def test_the_configs_length_hop_and_shape():
     assert fsdd.length == 8000 and fsdd.hop == 128 and fsdd.shape == (2, 64, 63)
     odd = SpectrogramConfig(sample_rate=1500, duration_ms=10, n_fft=6, channels=3, n_mels=5)
     assert odd.length == 10 and odd.hop == 3 and odd.shape == (3, 5, 4)  # 1500 // 1000 = 1
+    assert SpectrogramConfig(sample_rate=2999, duration_ms=10).length == 20  # 2999 // 1000 = 2
 
 
 def test_spectrogram_config_checks_each_override_and_the_test_switch():
@@ -672,6 +674,14 @@ def test_fsdd_splits_by_take_with_digits_as_labels(tmp_path: Path, monkeypatch):
         four, files, labels, np.array([t < 4 for t in takes]), replace(cfg, augment_test=True), True
     )
     assert spy.calls[1][1]["test_takes"] == 4
+
+
+def test_the_loaders_take_their_options_by_keyword_only():
+    loaders = (audio.load_urbansound8k, audio.load_fsdd, sensors.load_uci_har)
+    for loader in (*loaders, feature_files.load_features_file):
+        kinds = [p.kind for p in inspect.signature(loader).parameters.values()]
+        assert kinds[0] == inspect.Parameter.POSITIONAL_OR_KEYWORD, loader.__name__
+        assert set(kinds[1:]) == {inspect.Parameter.KEYWORD_ONLY}, loader.__name__
 
 
 def test_fsdd_defaults_to_its_own_spectrogram(tmp_path: Path, monkeypatch):
