@@ -839,6 +839,10 @@ def test_read_uci_har_split_stacks_the_channels_as_one_by_128_by_c(tmp_path: Pat
         x[:, 0, :, 1], windows["a"]
     )
     assert y.dtype == np.int64 and y.tolist() == [0, 5, 2]
+    one = write_split(tmp_path, "one", [4], ["a"])  # a split of one window
+    folder = tmp_path / "one"
+    x, y = sensors.read_uci_har_split(folder / "y_one.txt", [folder / "Inertial Signals/a_one.txt"])
+    assert np.array_equal(x[:, 0, :, 0], one["a"]) and y.tolist() == [3]
 
 
 def test_read_uci_har_split_refuses_other_labels_and_windows(tmp_path: Path):
