@@ -8,6 +8,7 @@ flag fails a test.
 """
 
 import csv
+import datetime
 import inspect
 import math
 import struct
@@ -1017,6 +1018,9 @@ def test_read_features_file_refuses_what_it_cannot_read(tmp_path: Path):
     torch.save(torch.zeros(2), tmp_path / "t.pt")
     with pytest.raises(FedshareError, match=r"t\.pt must hold a dict, got Tensor"):
         feature_files.read_features_file(tmp_path / "t.pt")
+    torch.save({**features(), "made": datetime.date(2020, 1, 1)}, tmp_path / "o.pt")
+    with pytest.raises(FedshareError, match=r"o\.pt \(it is damaged or holds objects other than"):
+        feature_files.read_features_file(tmp_path / "o.pt")  # only an unsafe load reads it
     (tmp_path / "e.pt").write_bytes(b"")
     with pytest.raises(FedshareError, match=r"e\.pt \(the file is empty or truncated\); save"):
         feature_files.read_features_file(tmp_path / "e.pt")
