@@ -1939,6 +1939,52 @@ METHODS: dict[str, Target] = {
         },
         f"{NO_CONFTEST} tests/test_mutation_data_images.py",
     ),
+    "data_signals": Target(
+        {
+            "src/fedshare/data/wav.py": (
+                "riff_chunks",
+                "to_float",
+                "decode_ima_adpcm",
+                "_read_with_backend",
+                "check_wav_header",
+                "read_wav",
+            ),
+            "src/fedshare/data/audio.py": (
+                "SpectrogramConfig.length",
+                "SpectrogramConfig.hop",
+                "SpectrogramConfig.shape",
+                "spectrogram_config",
+                "fit_clip",
+                "_masks",
+                "spectrograms",
+                "audio_payload",
+                "random_test_mask",
+                "load_urbansound8k",
+                "load_fsdd",
+                "_download_fsdd",
+            ),
+            "src/fedshare/data/sensors.py": (
+                "read_matrix",
+                "existing_text_file",
+                "_split_files",
+                "find_uci_har",
+                "uci_har_source",
+                "read_uci_har_split",
+                "load_uci_har",
+                "_download_uci_har",
+            ),
+            "src/fedshare/data/feature_files.py": (
+                "resolve_path",
+                "read_features_file",
+                "_pick",
+                "load_one",
+                "declared_classes",
+                "load_features_file",
+                "contiguous",
+            ),
+        },
+        f"{NO_CONFTEST} tests/test_mutation_data_signals.py",
+    ),
 }
 """docs/mutation.md says how much of each entry has been run and which methods have no entry."""
 
