@@ -1900,6 +1900,8 @@ METHODS: dict[str, Target] = {
                 "a_variance_below_zero_by_rounding_is_clamped_to_zero",
                 "em_runs_a_hundred_iterations_by_default_and_kmeans_a_hundred_steps",
                 "sampling_draws_the_counts_then_each_components_gaussian_noise",
+                "one_component_is_fitted_in_closed_form_and_reported_converged",
+                "sampling_clamps_negative_weights_and_variances_to_zero",
                 "em_matches_scikit_learn_likelihood",
             )
         )

@@ -267,9 +267,12 @@ def test_kmeans_seeds_by_squared_distance_then_assigns_each_point_to_its_nearest
         assert labels.tolist() == nearest, seed
 
 
-def reference_kmeans(x: torch.Tensor, k: int, seed: int, max_iter: int) -> list[int]:
+def reference_kmeans(
+    x: torch.Tensor, k: int, seed: int, max_iter: int
+) -> tuple[list[int], torch.Tensor]:
     """k-means++ then Lloyd's steps, written out point by point: a centre is the mean of its
-    points (an empty cluster keeps its centre); stop when no label changes."""
+    points (an empty cluster keeps its centre); stop when no label changes. Also the
+    generator's state after the draws (the caller's stream goes on from there)."""
     gen = torch.Generator().manual_seed(seed)
     points = [p for p in x]
 
@@ -297,22 +300,41 @@ def reference_kmeans(x: torch.Tensor, k: int, seed: int, max_iter: int) -> list[
         if new == labels:
             break
         labels = new
-    return labels
+    return labels, gen.get_state()
 
 
 def test_kmeans_runs_lloyds_steps_from_the_seeds_until_no_label_changes() -> None:
     # small: total squared distance < 1; data seed 20 has a cluster left with one point that
-    # is not its centre (seed 3)
-    rng = np.random.default_rng(20)
-    x = torch.tensor(rng.normal(0.0, 0.05, size=(9, 2)))
-    for seed in range(8):
-        for max_iter in (1, 2, 100):
-            got = kmeans_labels(x, 4, torch.Generator().manual_seed(seed), max_iter=max_iter)
-            assert got.tolist() == reference_kmeans(x, 4, seed, max_iter), (seed, max_iter)
-    twins = torch.tensor([[0.0, 0.0]] * 3 + [[1.0, 1.0]] * 2, dtype=torch.float64)
-    for seed in range(8):  # two distinct points, three clusters: the third seed drawn uniformly
-        got = kmeans_labels(twins, 3, torch.Generator().manual_seed(seed))
-        assert got.tolist() == reference_kmeans(twins, 3, seed, 100), seed
+    # is not its centre (seed 3), data seed 195 a cluster left empty (seed 6)
+    cases = [
+        (torch.tensor(np.random.default_rng(d).normal(0.0, 0.05, (9, 2))), 4) for d in (20, 195)
+    ]
+    # two distinct points, three clusters: the third seed drawn uniformly
+    cases.append((torch.tensor([[0.0, 0.0]] * 3 + [[1.0, 1.0]] * 2, dtype=torch.float64), 3))
+    for x, k in cases:
+        for seed in range(8):
+            for max_iter in (1, 2, 100):
+                gen = torch.Generator().manual_seed(seed)
+                got = kmeans_labels(x, k, gen, max_iter=max_iter).tolist()
+                labels, state = reference_kmeans(x, k, seed, max_iter)
+                assert got == labels and torch.equal(gen.get_state(), state), (seed, max_iter)
+
+
+def test_one_component_is_fitted_in_closed_form_and_reported_converged() -> None:
+    _, info = fit_gmm(torch.tensor(clustered(30, 2)), 1)
+    assert (info.n_iter, info.converged) == (0, True)
+
+
+def test_sampling_clamps_negative_weights_and_variances_to_zero() -> None:
+    g = GaussianMixture(
+        torch.tensor([-0.5, 1.0], dtype=torch.float64),
+        torch.tensor([[9.0, 9.0], [1.0, 2.0]], dtype=torch.float64),
+        torch.tensor([[1.0, 1.0], [-4.0, 1.0]], dtype=torch.float64),
+        "diag",
+    )
+    out = g.sample(50, torch.Generator().manual_seed(0))
+    assert out[:, 0].tolist() == [1.0] * 50  # component 1 only, its first variance 0
+    assert bool(out[:, 1].std() > 0)
 
 
 def test_em_with_no_iteration_returns_the_kmeans_start() -> None:
