@@ -100,6 +100,19 @@ NO_CONFTEST = "--noconftest"
 not import torch, hypothesis and the data loaders it does not need (measured: 0.6 s of CPU
 instead of 2.9 s for the `results` entry). A selection that needs it fails the unmutated check."""
 
+FEDPFT_GMM_FUNCTIONS = (
+    "GaussianMixture.full_covariances",
+    "GaussianMixture.log_prob",
+    "GaussianMixture.sample",
+    "_component_log_prob",
+    "_m_step",
+    "kmeans_labels",
+    "fit_gmm",
+    "point_mass",
+    "unpack_mixtures",
+)
+"""functional/gmm.py's functions that FedPFT uses (the `fedpft` and `functional_gmm` entries)."""
+
 FEDPFT_GMM_TESTS = " ".join(
     f"tests/test_fedpft.py::test_{name}"
     for name in (
@@ -357,17 +370,7 @@ METHODS: dict[str, Target] = {
     ),
     "fedpft": Target(  # FedPFT's Sec. 4: per-class GMMs by EM, the wire, sampling, the head
         {
-            "src/fedshare/functional/gmm.py": (
-                "GaussianMixture.full_covariances",
-                "GaussianMixture.log_prob",
-                "GaussianMixture.sample",
-                "_component_log_prob",
-                "_m_step",
-                "kmeans_labels",
-                "fit_gmm",
-                "point_mass",
-                "unpack_mixtures",
-            ),
+            "src/fedshare/functional/gmm.py": FEDPFT_GMM_FUNCTIONS,
             "src/fedshare/strategies/fedpft.py": (
                 "FedPFT.fit_class",
                 "FedPFT.local_mixtures",
@@ -1862,17 +1865,7 @@ METHODS: dict[str, Target] = {
     # ------------------------------------------------ FedPFT's GMMs again (eleventh session)
     "functional_gmm": Target(  # fedpft's gmm.py functions, fast: the GMM tests, then FedPFT's
         {
-            "src/fedshare/functional/gmm.py": (
-                "GaussianMixture.full_covariances",
-                "GaussianMixture.log_prob",
-                "GaussianMixture.sample",
-                "_component_log_prob",
-                "_m_step",
-                "kmeans_labels",
-                "fit_gmm",
-                "point_mass",
-                "unpack_mixtures",
-            ),
+            "src/fedshare/functional/gmm.py": FEDPFT_GMM_FUNCTIONS,
         },
         f"{NO_CONFTEST} "
         + " ".join(

@@ -1,5 +1,6 @@
 """Small builders shared by the tests."""
 
+import csv
 import importlib.util
 import json
 import subprocess
@@ -168,3 +169,13 @@ def full_gradient(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torc
 def client_data(fed: FederatedData) -> list[tuple[tuple[torch.Tensor, torch.Tensor], int]]:
     """Each client's whole training set, as one batch, and its size."""
     return [(fed.dataset.train_batch(ix), int(ix.numel())) for ix in fed.client_indices]
+
+
+def write_urbansound_metadata(root: Path, rows: list[dict]) -> None:
+    """UrbanSound8K's metadata/UrbanSound8K.csv under `root`, in the official layout."""
+    meta = root / "UrbanSound8K" / "metadata"
+    meta.mkdir(parents=True)
+    with open(meta / "UrbanSound8K.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)

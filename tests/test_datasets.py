@@ -1,7 +1,6 @@
 """Dataset loaders: real files under $FEDSHARE_DATA, and small files written in the official
 formats (CIFAR pickles, UCI HAR text files, UrbanSound8K/FSDD wav folders) into tmp_path."""
 
-import csv
 import gzip
 import os
 import pickle
@@ -25,6 +24,7 @@ from fedshare.data.audio import SpectrogramConfig, spectrograms
 from fedshare.data.datasets import COMMON_KEYS
 from fedshare.data.wav import IMA_INDEX_STEPS, IMA_STEPS, read_wav
 from fedshare.errors import FedshareError
+from helpers import write_urbansound_metadata
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "data"
 
@@ -507,12 +507,7 @@ def write_urbansound(root: Path) -> list[dict]:
             {"slice_file_name": name, "fsID": 1000 + k, "start": 0.0, "end": 0.3,
              "salience": 1, "fold": fold, "classID": cls, "class": f"class{cls}"}
         )  # fmt: skip
-    meta = root / "UrbanSound8K" / "metadata"
-    meta.mkdir(parents=True)
-    with open(meta / "UrbanSound8K.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_urbansound_metadata(root, rows)
     return rows
 
 

@@ -7,7 +7,6 @@ ADPCM decoding rules, the seeded draws replayed by hand), so a changed sign, bou
 flag fails a test.
 """
 
-import csv
 import datetime
 import inspect
 import math
@@ -28,6 +27,7 @@ from fedshare.data.datasets import MAX_CLASSES, LoadRequest
 from fedshare.data.wav import IMA_INDEX_STEPS, IMA_STEPS
 from fedshare.engine.rng import derive_seed
 from fedshare.errors import FedshareError
+from helpers import write_urbansound_metadata
 
 # ---------------------------------------------------------------------- wav.py
 
@@ -528,12 +528,7 @@ def write_urbansound(root: Path, folds: list[int], classes: list[int]) -> list[P
         write_clip(path, 30 + 7 * k, seed=k)
         files.append(path)
         rows.append({"slice_file_name": name, "fold": fold, "classID": cls, "class": f"c{cls}"})
-    meta = root / "UrbanSound8K" / "metadata"
-    meta.mkdir(parents=True)
-    with open(meta / "UrbanSound8K.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_urbansound_metadata(root, rows)
     return files
 
 
