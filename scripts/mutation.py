@@ -100,6 +100,14 @@ NO_CONFTEST = "--noconftest"
 not import torch, hypothesis and the data loaders it does not need (measured: 0.6 s of CPU
 instead of 2.9 s for the `results` entry). A selection that needs it fails the unmutated check."""
 
+RUNNING_MEAN_FUNCTIONS = (
+    "RunningMean.__init__",
+    "RunningMean.add",
+    "RunningMean.empty",
+    "RunningMean.value",
+)
+"""The engine's weighted mean (the `fedavg` and `engine_records` entries)."""
+
 FEDPFT_GMM_FUNCTIONS = (
     "GaussianMixture.full_covariances",
     "GaussianMixture.log_prob",
@@ -124,7 +132,7 @@ FEDPFT_GMM_TESTS = " ".join(
         "fedpft_is_deterministic_and_seed_dependent",
     )
 )
-"""FedPFT's tests that use functional/gmm.py (after tests/test_gmm.py in `functional_gmm`)."""
+"""FedPFT's tests that use functional/gmm.py (`fedpft`; `functional_gmm`, after test_gmm.py)."""
 
 EXEC_TESTS = (
     "round_stats_average_each_key_over_the_clients_that_reported_it",
@@ -380,16 +388,7 @@ METHODS: dict[str, Target] = {
             "src/fedshare/strategies/_feature_heads.py": ("fit_head",),  # App. D.1's head
         },
         "tests/test_fedpft.py::test_fit_head_is_sgd_on_ce_plus_t2_kl_written_out"
-        " tests/test_fedpft.py::test_synthesis_draws_round_n_times_multiplier_at_least_one_from"
-        "_each_pairs_stream"
-        " tests/test_fedpft.py::test_local_mixtures_fit_each_class_and_report_drops_and_mean_em"
-        "_iterations"
-        " tests/test_fedpft.py::test_dp_releases_one_gaussian_per_class_of_at_least_two_samples"
-        "_without_em"
-        " tests/test_gmm.py"
-        " tests/test_fedpft.py::test_engine_bytes_equal_the_formula"
-        " tests/test_fedpft.py::test_shrink_policy_and_per_client_components"
-        " tests/test_fedpft.py::test_fedpft_is_deterministic_and_seed_dependent",
+        f" {FEDPFT_GMM_TESTS} tests/test_gmm.py",
     ),
     "xormixfl": Target(  # XorMixFL's Sec. 3: blends (Eq. 1), XOR encode / decode (Eqs. 2-3)
         {
@@ -443,12 +442,7 @@ METHODS: dict[str, Target] = {
     ),
     "fedavg": Target(  # FedAvg's weighted mean: the engine's accumulator and the server step
         {
-            "src/fedshare/engine/aggregation.py": (
-                "RunningMean.__init__",
-                "RunningMean.add",
-                "RunningMean.empty",
-                "RunningMean.value",
-            ),
+            "src/fedshare/engine/aggregation.py": RUNNING_MEAN_FUNCTIONS,
             "src/fedshare/engine/messages.py": ("Update.aggregation_weight",),
             "src/fedshare/strategies/base.py": (
                 "Strategy.aggregate",
@@ -925,12 +919,7 @@ METHODS: dict[str, Target] = {
                 "ClientStateLog.load",
                 "ClientStateLog.clear",
             ),
-            "src/fedshare/engine/aggregation.py": (
-                "RunningMean.__init__",
-                "RunningMean.add",
-                "RunningMean.empty",
-                "RunningMean.value",
-            ),
+            "src/fedshare/engine/aggregation.py": RUNNING_MEAN_FUNCTIONS,
             "src/fedshare/engine/messages.py": ("Update.aggregation_weight",),
         },
         f"{NO_CONFTEST} tests/test_mutation_engine_loop.py",
