@@ -251,18 +251,10 @@ def test_kmeans_seeds_by_squared_distance_then_assigns_each_point_to_its_nearest
     """k-means++ (Arthur & Vassilvitskii 2007): a first centre uniformly, each next one drawn
     with probability ∝ D(x)², the squared distance to the nearest centre so far; then Lloyd's
     steps (none with max_iter = 0: the labels are the nearest seeds)."""
-    x = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0], [5.0, 5.0], [6.0, 5.0], [9.0, 1.0]])
-    x = x.double()
+    points = [[0.0, 0.0], [1.0, 0.0], [0.0, 2.0], [5.0, 5.0], [6.0, 5.0], [9.0, 1.0]]
+    x = torch.tensor(points, dtype=torch.float64)
     for seed in range(6):
-        gen = torch.Generator().manual_seed(seed)
-        chosen = [int(torch.randint(len(x), (1,), generator=gen)[0])]
-        for _ in range(2):
-            d2 = torch.tensor(
-                [min(float(((p - x[c]) ** 2).sum()) for c in chosen) for p in x],
-                dtype=torch.float64,
-            )
-            chosen.append(int(torch.multinomial(d2 / d2.sum(), 1, generator=gen)[0]))
-        nearest = [min(range(3), key=lambda j: float(((p - x[chosen[j]]) ** 2).sum())) for p in x]
+        nearest, _ = reference_kmeans(x, 3, seed, max_iter=0)
         labels = kmeans_labels(x, 3, torch.Generator().manual_seed(seed), max_iter=0)
         assert labels.tolist() == nearest, seed
 
@@ -347,7 +339,7 @@ def test_em_with_no_iteration_returns_the_kmeans_start() -> None:
 
 
 def test_a_payload_whose_lists_disagree_in_length_is_refused() -> None:
-    payload = pack_mixtures([(0, 3, fit_gmm(torch.randn(3, 2), 1)[0])], "diag")
+    payload = pack_mixtures([(0, 3, fit_gmm(torch.arange(6.0).view(3, 2), 1)[0])], "diag")
     payload["gmm_counts"] = payload["gmm_counts"][:0]
     with pytest.raises(ValueError):
         unpack_mixtures(payload, "diag")
